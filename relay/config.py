@@ -1,0 +1,321 @@
+"""The relay's configuration: the original relay's INI file, new keys, and environment overrides.
+
+The file is the original's ``replicaterelay.conf`` read as it is (``[Server]``, ``[MySQL]``, ``[Logger]``; keys are
+case-insensitive; both ``Database`` and ``DatabaseName`` name the replication handshake's database). Keys the
+original hard-coded have new names here (``SourcePort``, ``ReplicaServerID``, ``StartFrom``, ...). Every key can be
+overridden by an environment variable ``RELAY_<SECTION>_<KEY>`` in upper case (``RELAY_SERVER_AUTHSECRET``), and the
+store by ``DATABASE_URL``. A missing or bad value raises :class:`ConfigError` with one line naming the key.
+
+This module imports nothing from Django: the settings module reads it.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG_NAME = "replicaterelay.conf"
+DEFAULT_REPLICA_SERVER_ID = 0x52454C  # "REL": never the PID, which could collide with a real replica's id
+
+
+class ConfigError(ValueError):
+    """A missing or invalid configuration value; the message names the key."""
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """The MySQL/MariaDB source the worker replicates from ([Server] in the original)."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    server_id: int
+    start_from: tuple[str, int] | None
+    start_gtid: str
+    heartbeat_seconds: float
+
+
+@dataclass(frozen=True)
+class SchemaConfig:
+    """The connection used for information_schema ([MySQL] in the original)."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+
+
+@dataclass(frozen=True)
+class LoggerConfig:
+    """The per-day change log files ([Logger] in the original)."""
+
+    path: Path
+    schemas: tuple[str, ...]
+    excludes: frozenset[str]
+    formats: frozenset[str]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.schemas)
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    source: SourceConfig
+    schema: SchemaConfig
+    logger: LoggerConfig
+    auth_secret: str
+    admin_secret: str
+    listen_address: str
+    server_port: int
+    http_address: str
+    http_port: int
+    data_dir: Path
+    database_url: str
+    config_path: Path | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+
+# -- reading the file and the environment -------------------------------------------------------------------------
+
+
+class _Values:
+    """Lookup of raw values: the environment first, then the INI file; keys are case-insensitive."""
+
+    def __init__(self, parser: configparser.ConfigParser, environ: Mapping[str, str]) -> None:
+        self._parser = parser
+        self._environ = environ
+
+    def raw(self, section: str, *keys: str) -> tuple[str, str] | None:
+        """The first of ``keys`` that is set, as (name used in messages, value)."""
+        for key in keys:
+            env_name = f"RELAY_{section}_{key}".upper()
+            if env_name in self._environ:
+                return env_name, self._environ[env_name]
+        for key in keys:
+            if self._parser.has_option(section, key):
+                return f"[{section}] {key}", self._parser.get(section, key)
+        return None
+
+    def text(self, section: str, *keys: str, default: str = "") -> str:
+        found = self.raw(section, *keys)
+        return default if found is None else found[1].strip()
+
+    def parsed(self, section: str, key: str, default: Any, parse: Callable[[str, str], Any]) -> Any:
+        found = self.raw(section, key)
+        if found is None or found[1].strip() == "":
+            return default
+        name, value = found
+        return parse(name, value.strip())
+
+
+def _integer(low: int, high: int) -> Callable[[str, str], int]:
+    def parse(name: str, value: str) -> int:
+        try:
+            number = int(value, 0) if value.lower().startswith("0x") else int(value)
+        except ValueError:
+            raise ConfigError(f"{name}: {value!r} is not a whole number") from None
+        if not low <= number <= high:
+            raise ConfigError(f"{name}: {number} is out of range ({low}..{high})")
+        return number
+
+    return parse
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{name}: {value!r} is not a number of seconds") from None
+    if not 0.1 <= number <= 3600:
+        raise ConfigError(f"{name}: {number} is out of range (0.1..3600 seconds)")
+    return number
+
+
+_POSITION = re.compile(r"^(?P<file>[^:\s]+):(?P<pos>\d+)$")
+
+
+def parse_position(name: str, value: str) -> tuple[str, int]:
+    """``FILE:POS`` as in ``binlog.000042:1234``."""
+    match = _POSITION.match(value)
+    if not match or int(match["pos"]) < 4:
+        raise ConfigError(f"{name}: {value!r} is not a binlog position of the form FILE:POS (POS >= 4)")
+    return match["file"], int(match["pos"])
+
+
+_LOGGER_FORMATS = frozenset({"text", "json"})
+
+
+def _formats(name: str, value: str) -> frozenset[str]:
+    formats = frozenset(part.strip().lower() for part in value.split(",") if part.strip())
+    unknown = formats - _LOGGER_FORMATS
+    if unknown or not formats:
+        raise ConfigError(f"{name}: {value!r} must be a comma-separated list of: text, json")
+    return formats
+
+
+def _database_url(name: str, value: str) -> str:
+    if not (value.startswith(("postgres://", "postgresql://", "sqlite:///"))):
+        raise ConfigError(f"{name}: {value!r} must start with postgres://, postgresql:// or sqlite:///")
+    return value
+
+
+def _split_names(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def read_ini(path: Path) -> configparser.ConfigParser:
+    """Reads an INI file the way the original's TIniFile did: case-insensitive keys, ``;``/``#`` comment lines."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False, comment_prefixes=(";", "#"))
+    parser.optionxform = str.lower  # type: ignore[assignment,method-assign]
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+            parser.read_file(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except configparser.Error as exc:
+        raise ConfigError(f"config file {path}: {exc.message.splitlines()[0]}") from None
+    # Section names are case-insensitive in the original too.
+    normalised = configparser.ConfigParser(interpolation=None)
+    normalised.optionxform = str.lower  # type: ignore[assignment,method-assign]
+    for section in parser.sections():
+        canonical = section.strip().capitalize() if section.lower() != "mysql" else "MySQL"
+        if not normalised.has_section(canonical):
+            normalised.add_section(canonical)
+        for key, value in parser.items(section):
+            normalised.set(canonical, key, value)
+    return normalised
+
+
+def config_path_from(environ: Mapping[str, str], explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    if explicit:
+        return Path(explicit)
+    if environ.get("RELAY_CONFIG"):
+        return Path(environ["RELAY_CONFIG"])
+    local = Path.cwd() / DEFAULT_CONFIG_NAME
+    return local if local.exists() else None
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    require_source: bool = False,
+) -> RelayConfig:
+    """Reads the configuration; ``require_source`` makes the source host and user mandatory (the worker needs them)."""
+    environ = os.environ if environ is None else environ
+    config_path = config_path_from(environ, path)
+    parser = read_ini(config_path) if config_path else configparser.ConfigParser(interpolation=None)
+    values = _Values(parser, environ)
+    warnings: list[str] = []
+
+    data_dir = Path(values.text("Server", "DataDir") or environ.get("RELAY_DATA_DIR", "") or "var").expanduser()
+    if not data_dir.is_absolute():
+        data_dir = (config_path.parent if config_path else Path.cwd()) / data_dir
+
+    source_host = values.text("Server", "IPAddr")
+    source_user = values.text("Server", "Login")
+    if require_source:
+        if not source_host:
+            raise ConfigError("[Server] IPAddr: the source host is not set")
+        if not source_user:
+            raise ConfigError("[Server] Login: the replication user is not set")
+
+    database_name = values.text("Server", "DatabaseName", "Database")
+    start_from = values.parsed("Server", "StartFrom", None, parse_position)
+    start_gtid = values.text("Server", "StartGTID")
+    if start_from and start_gtid:
+        raise ConfigError("[Server] StartFrom and StartGTID: set one of them, not both")
+
+    source = SourceConfig(
+        host=source_host,
+        port=values.parsed("Server", "SourcePort", 3306, _integer(1, 65535)),
+        user=source_user,
+        password=values.text("Server", "Password"),
+        database=database_name,
+        server_id=values.parsed("Server", "ReplicaServerID", DEFAULT_REPLICA_SERVER_ID, _integer(1, 2**32 - 1)),
+        start_from=start_from,
+        start_gtid=start_gtid,
+        heartbeat_seconds=values.parsed("Server", "HeartbeatSeconds", 5.0, _seconds),
+    )
+    schema = SchemaConfig(
+        host=values.text("MySQL", "host") or source.host,
+        port=values.parsed("MySQL", "port", source.port, _integer(1, 65535)),
+        user=values.text("MySQL", "login") or source.user,
+        password=values.text("MySQL", "password") if values.raw("MySQL", "login") else source.password,
+        database=values.text("MySQL", "database"),
+    )
+    logger = LoggerConfig(
+        path=Path(values.text("Logger", "Path") or str(data_dir / "logs")).expanduser(),
+        schemas=tuple(_split_names(values.text("Logger", "Schema"))),
+        excludes=frozenset(_split_names(values.text("Logger", "Excludes"))),
+        formats=values.parsed("Logger", "Format", frozenset({"text"}), _formats),
+    )
+
+    auth_secret = values.text("Server", "AuthSecret")
+    admin_secret = values.text("Server", "AdminSecret")
+    database_url = environ.get("DATABASE_URL", "").strip()
+    if database_url:
+        database_url = _database_url("DATABASE_URL", database_url)
+    else:
+        database_url = values.parsed("Store", "URL", f"sqlite:///{data_dir / 'relay.sqlite3'}", _database_url)
+
+    return RelayConfig(
+        source=source,
+        schema=schema,
+        logger=logger,
+        auth_secret=auth_secret,
+        admin_secret=admin_secret,
+        listen_address=values.text("Server", "ListenAddress") or "0.0.0.0",
+        server_port=values.parsed("Server", "ServerPort", 6001, _integer(1, 65535)),
+        http_address=values.text("Server", "HTTPAddress") or "0.0.0.0",
+        http_port=values.parsed("Server", "HTTPPort", 6081, _integer(1, 65535)),
+        data_dir=data_dir,
+        database_url=database_url,
+        config_path=config_path,
+        warnings=tuple(warnings),
+    )
+
+
+def require_auth_secret(config: RelayConfig) -> str:
+    """The relay server refuses to start without a secret: the original accepted a well-known key then."""
+    if not config.auth_secret:
+        raise ConfigError("[Server] AuthSecret: empty; the relay refuses to start without a shared secret")
+    return config.auth_secret
+
+
+def database_settings(url: str) -> dict[str, Any]:
+    """Django's DATABASES['default'] for a ``postgres://`` or ``sqlite:///`` URL."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    if url.startswith("sqlite:///"):
+        name = url[len("sqlite:///") - 1 :] if url.startswith("sqlite:////") else url[len("sqlite:///") :]
+        if not name.startswith("/"):
+            name = str(Path.cwd() / name)
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": name,
+            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+        }
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ConfigError(f"DATABASE_URL: unsupported scheme {parts.scheme!r}")
+    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "relay",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+        "CONN_MAX_AGE": 60,
+    }

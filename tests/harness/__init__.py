@@ -1,0 +1,1 @@
+"""Real services for the tests: a private MariaDB with the binlog on, and PostgreSQL."""
