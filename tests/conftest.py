@@ -48,7 +48,8 @@ _schema_numbers = itertools.count(1)
 def fresh_schema(request: pytest.FixtureRequest) -> Iterator[tuple[MariaDB, str]]:
     """A new, empty schema on the test's MariaDB (``any_mariadb`` when the test uses it, else ``mariadb``)."""
     server: MariaDB = (
-        request.getfixturevalue("any_mariadb") if "any_mariadb" in request.fixturenames
+        request.getfixturevalue("any_mariadb")
+        if "any_mariadb" in request.fixturenames
         else request.getfixturevalue("mariadb")
     )
     name = f"t{os.getpid()}_{next(_schema_numbers)}"

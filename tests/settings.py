@@ -9,7 +9,7 @@ import os
 import tempfile
 
 from relay.config import database_settings
-from relayproject.settings import *  # noqa: F403
+from relayproject.settings import *
 
 STORE = os.environ.get("RELAY_TEST_STORE", "postgres").lower()
 

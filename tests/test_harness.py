@@ -11,8 +11,9 @@ def test_mariadb_writes_rows_to_its_binlog(fresh_schema: tuple[MariaDB, str]) ->
     server, schema = fresh_schema
     assert server.query("SELECT @@log_bin, @@binlog_format, @@binlog_row_image") == [(1, "ROW", "FULL")]
     before_file, before_pos = server.binlog_position()
-    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(10))",
-                   f"INSERT INTO `{schema}`.t VALUES (1, 'x')")
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(10))", f"INSERT INTO `{schema}`.t VALUES (1, 'x')"
+    )
     events = server.query(f"SHOW BINLOG EVENTS IN '{before_file}' FROM {before_pos}")
     kinds = [row[2] for row in events]
     assert "Table_map" in kinds

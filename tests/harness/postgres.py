@@ -44,13 +44,30 @@ class PrivateCluster:
             shutil.chown(self.base, "postgres")
             run_as = ["runuser", "-u", "postgres", "--"]
         data = self.base / "data"
-        subprocess.run([*run_as, _pg_binary("initdb"), "-A", "trust", "-U", "postgres", "-D", str(data)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*run_as, _pg_binary("initdb"), "-A", "trust", "-U", "postgres", "-D", str(data)],
+            check=True,
+            capture_output=True,
+        )
         log = open(self.base / "server.log", "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(
-            [*run_as, _pg_binary("postgres"), "-D", str(data), "-p", str(self.port), "-k", str(self.base),
-             "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                *run_as,
+                _pg_binary("postgres"),
+                "-D",
+                str(data),
+                "-p",
+                str(self.port),
+                "-k",
+                str(self.base),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 30
         while not _accepts("127.0.0.1", self.port):
