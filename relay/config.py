@@ -297,7 +297,7 @@ def database_settings(url: str) -> dict[str, Any]:
     from urllib.parse import parse_qs, unquote, urlsplit
 
     if url.startswith("sqlite:///"):
-        name = url[len("sqlite:///") - 1 :] if url.startswith("sqlite:////") else url[len("sqlite:///") :]
+        name = url[len("sqlite:///") :]  # sqlite:////abs/path is absolute, sqlite:///rel is relative
         if not name.startswith("/"):
             name = str(Path.cwd() / name)
         return {

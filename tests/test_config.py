@@ -1,0 +1,176 @@
+"""The configuration module: the original's INI file as it is, new keys, environment overrides, bad values."""
+
+from pathlib import Path
+
+import pytest
+
+from relay.config import (
+    DEFAULT_REPLICA_SERVER_ID,
+    ConfigError,
+    database_settings,
+    load_config,
+    require_auth_secret,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The original's sample file, as its README shows it (with '#' comments and the `Database` key).
+ORIGINAL_SAMPLE = """\
+[MySQL]
+# MySQL access for schema
+host=localhost
+login=root
+password=mypassword
+database=mydatabase
+[Server]
+# Mysql configuration for binlog (replication client)
+IPAddr=localhost
+Login=root
+Password=mypassword
+Database=mydatabase
+# Shared secret for client access
+AuthSecret=Freedelity
+# Admin secret
+AdminSecret=AdminPassword
+# Port where the clients will connect to
+ServerPort=6002
+# IP/Port for http monitoring page
+HTTPAddress=0.0.0.0
+HTTPPort=6081
+# replication logger : name of database and eventually list of tables to exclude from logging
+[Logger]
+Schema=mydatabase
+Excludes=table_to_exclude1,table_to_exclude2
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "replicaterelay.conf"
+    path.write_text(text)
+    return path
+
+
+def test_reads_the_original_sample_file(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ORIGINAL_SAMPLE), environ={})
+    assert (config.source.host, config.source.user, config.source.password) == ("localhost", "root", "mypassword")
+    assert config.source.database == "mydatabase"
+    assert config.source.port == 3306
+    assert config.source.server_id == DEFAULT_REPLICA_SERVER_ID
+    assert config.auth_secret == "Freedelity"
+    assert config.admin_secret == "AdminPassword"
+    assert config.server_port == 6002
+    assert (config.http_address, config.http_port) == ("0.0.0.0", 6081)
+    assert (config.schema.host, config.schema.user, config.schema.database) == ("localhost", "root", "mydatabase")
+    assert config.logger.schemas == ("mydatabase",)
+    assert config.logger.excludes == {"table_to_exclude1", "table_to_exclude2"}
+    assert config.logger.enabled
+
+
+def test_database_name_is_read_too_and_keys_are_case_insensitive(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "[server]\nIPADDR=db1\ndatabasename=shop\nSERVERPORT=7000\n"), environ={})
+    assert (config.source.host, config.source.database, config.server_port) == ("db1", "shop", 7000)
+
+
+def test_new_keys(tmp_path: Path) -> None:
+    text = (
+        "[Server]\nIPAddr=db\nSourcePort=3307\nReplicaServerID=0x1234\nStartFrom=binlog.000007:1234\n"
+        "HeartbeatSeconds=2.5\nDataDir=state\n[Logger]\nSchema= shop , crm\nExcludes=a, b ,c\nFormat=text,json\n"
+    )
+    config = load_config(write(tmp_path, text), environ={})
+    assert config.source.port == 3307
+    assert config.source.server_id == 0x1234
+    assert config.source.start_from == ("binlog.000007", 1234)
+    assert config.source.heartbeat_seconds == 2.5
+    assert config.data_dir == tmp_path / "state"
+    assert config.database_url == f"sqlite:///{tmp_path / 'state' / 'relay.sqlite3'}"
+    assert config.logger.schemas == ("shop", "crm")
+    assert config.logger.excludes == {"a", "b", "c"}  # trimmed, unlike the original
+    assert config.logger.formats == {"text", "json"}
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, ORIGINAL_SAMPLE)
+    environ = {
+        "RELAY_SERVER_AUTHSECRET": "from-env",
+        "RELAY_SERVER_SERVERPORT": "6100",
+        "RELAY_MYSQL_HOST": "schema-host",
+        "DATABASE_URL": "postgres://relay:pw@pg:5433/relaydb",
+    }
+    config = load_config(path, environ=environ)
+    assert config.auth_secret == "from-env"
+    assert config.server_port == 6100
+    assert config.schema.host == "schema-host"
+    assert config.database_url == "postgres://relay:pw@pg:5433/relaydb"
+
+
+def test_config_path_from_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, ORIGINAL_SAMPLE)
+    assert load_config(environ={"RELAY_CONFIG": str(path)}).config_path == path
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "message"),
+    [
+        ("[Server]\nServerPort=abc\n", {}, "[Server] ServerPort: 'abc' is not a whole number"),
+        ("[Server]\nServerPort=70000\n", {}, "[Server] ServerPort: 70000 is out of range (1..65535)"),
+        # The original kept inline comments in the value; a port with one is an error that names the key.
+        ("[Server]\nServerPort=6001 // port\n", {}, "[Server] ServerPort: '6001 // port' is not a whole number"),
+        ("[Server]\nHTTPPort=0\n", {}, "[Server] HTTPPort: 0 is out of range"),
+        ("[Server]\nReplicaServerID=0\n", {}, "[Server] ReplicaServerID: 0 is out of range"),
+        ("[Server]\nStartFrom=binlog.000001\n", {}, "[Server] StartFrom: 'binlog.000001' is not a binlog position"),
+        ("[Server]\nStartFrom=b.1:4\nStartGTID=0-1-5\n", {}, "StartFrom and StartGTID: set one of them"),
+        ("[Server]\nHeartbeatSeconds=never\n", {}, "[Server] HeartbeatSeconds: 'never' is not a number"),
+        ("[Logger]\nFormat=xml\n", {}, "[Logger] Format: 'xml' must be a comma-separated list"),
+        ("", {"RELAY_SERVER_SOURCEPORT": "-1"}, "RELAY_SERVER_SOURCEPORT: -1 is out of range"),
+        ("", {"DATABASE_URL": "mysql://x"}, "DATABASE_URL: 'mysql://x' must start with postgres://"),
+        ("[Server\nbroken", {}, "config file"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path: Path, text: str, environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), environ=environ)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_missing_file_and_missing_source_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.conf", environ={})
+    with pytest.raises(ConfigError, match=r"\[Server\] IPAddr: the source host is not set"):
+        load_config(write(tmp_path, "[Server]\nLogin=x\n"), environ={}, require_source=True)
+    with pytest.raises(ConfigError, match=r"\[Server\] Login"):
+        load_config(write(tmp_path, "[Server]\nIPAddr=x\n"), environ={}, require_source=True)
+
+
+def test_empty_auth_secret_is_refused(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "[Server]\nAuthSecret=\n"), environ={})
+    with pytest.raises(ConfigError, match="AuthSecret: empty"):
+        require_auth_secret(config)
+
+
+def test_shipped_sample_config_loads(tmp_path: Path) -> None:
+    config = load_config(REPO / "replicaterelay.conf.sample", environ={})
+    assert config.auth_secret == "Freedelity"
+    assert config.server_port == 6002
+    assert config.logger.formats == {"text"}
+
+
+def test_database_settings_from_urls() -> None:
+    pg = database_settings("postgres://u:p%40ss@h:5433/db?sslmode=require")
+    assert pg["ENGINE"] == "django.db.backends.postgresql"
+    assert (pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"], pg["NAME"]) == ("u", "p@ss", "h", "5433", "db")
+    assert pg["OPTIONS"] == {"sslmode": "require"}
+    lite = database_settings("sqlite:////tmp/x.sqlite3")
+    assert (lite["ENGINE"], lite["NAME"]) == ("django.db.backends.sqlite3", "/tmp/x.sqlite3")
+
+
+def test_bad_config_stops_manage_py_with_one_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RELAY_CONFIG": str(write(tmp_path, "[Server]\nServerPort=x\n"))}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert result.stderr.strip() == "configuration error: [Server] ServerPort: 'x' is not a whole number"
