@@ -1,0 +1,272 @@
+"""The worker's writing side: committed binlog transactions into the store, atomically with the checkpoint.
+
+``Ingestor.apply`` runs inside the caller's database transaction and writes, for a batch of binlog transactions: the
+row changes some client wants (once each), every matching client's queue entries (once per client, however many
+of its filters match; queue limits and discard policies applied), the queue states, table usage, event counts, the
+schema of new table layouts, and the checkpoint. Either all of it commits or none, so after a crash the worker
+resumes at the checkpoint with nothing lost and nothing queued twice.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from django.db import connection
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from binlog.changes import Transaction
+from binlog.table import TableInfo
+from relay import bulk, rowcodec
+from relay.filters import FilterIndex, FilterSpec
+from relay.models import (
+    Change,
+    Checkpoint,
+    Client,
+    EventCount,
+    Filter,
+    QueueEntry,
+    QueueState,
+    SchemaColumn,
+    SchemaTable,
+    WorkerStatus,
+)
+from relay.usage import UsageTally
+
+QUEUE_CHANNEL = "relay_queues"
+
+
+@dataclass
+class _Queue:
+    """One client's queue while a batch is built: (acked, last] plus what the batch adds."""
+
+    acked: int
+    last: int
+    max_queue: int
+    discarded: int = 0
+    entries: list[tuple[int, int]] = field(default_factory=list)  # (seq, index of the change in the batch)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    transactions: int
+    rows: int
+    stored_changes: int
+    queued_entries: int
+    discarded: int
+
+
+def load_filter_index() -> FilterIndex:
+    return FilterIndex(
+        FilterSpec(f.id, f.client_id, f.event_mask, f.schema_name, f.table_name, f.queue_limit, f.discard_policy)
+        for f in Filter.objects.all()
+    )
+
+
+class Ingestor:
+    def __init__(self, source: str, index: FilterIndex | None = None) -> None:
+        self.source = source
+        self.index = index if index is not None else load_filter_index()
+        self._recorded_layouts: dict[tuple[str, str], int] = {}  # table -> layout signature
+
+    def reload_filters(self) -> None:
+        self.index = load_filter_index()
+
+    def apply(self, transactions: Sequence[Transaction], *, checkpoint: bool = True) -> BatchResult:
+        """Writes a batch; the caller holds the database transaction (``transaction.atomic``)."""
+        changes = [change for tx in transactions for change in tx.changes]
+        queues = self._queues_for(changes)
+        stored: list[int] = []  # indexes into ``changes`` of the changes some queue keeps
+        discarded = 0
+        usage = UsageTally()
+        match = self.index.match
+        for position, change in enumerate(changes):
+            usage.add(change.schema, change.table, change.kind, change.timestamp)
+            subscriptions = match(change.schema, change.table, change.kind)
+            if not subscriptions:
+                continue
+            kept = False
+            for sub in subscriptions:
+                queue = queues[sub.client_id]
+                size = queue.last - queue.acked
+                if sub.queue_limit > 0 and size >= sub.queue_limit:
+                    if sub.discard_policy == 1:  # unqueue oldest: make room for this one
+                        dropped = size - sub.queue_limit + 1
+                        queue.acked += dropped
+                        queue.discarded += dropped
+                    elif sub.discard_policy == 2:  # ignore newest
+                        queue.discarded += 1
+                        continue
+                queue.last += 1
+                queue.entries.append((queue.last, position))
+                kept = True
+                if queue.last - queue.acked > queue.max_queue:
+                    queue.max_queue = queue.last - queue.acked
+            if kept:
+                stored.append(position)
+
+        queued = self._write_queues(changes, queues, stored)
+        discarded = sum(queue.discarded for queue in queues.values())
+        usage.write()
+        self._record_layouts(changes)
+        self._count_events(transactions)
+        rows = len(changes)
+        WorkerStatus.objects.filter(source=self.source).update(
+            rows=F("rows") + rows,
+            rows_since_start=F("rows_since_start") + rows,
+            transactions=F("transactions") + sum(1 for tx in transactions if tx.changes or tx.statements),
+            heartbeat=timezone.now(),
+        )
+        if checkpoint and transactions:
+            position = transactions[-1].position
+            Checkpoint.objects.update_or_create(
+                source=self.source,
+                defaults={"binlog_file": position.file, "binlog_pos": position.pos, "gtid": position.gtid},
+            )
+        if queued and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:  # delivered at commit: wakes long-polling relay servers
+                cursor.execute("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
+        return BatchResult(len(transactions), rows, len(stored), queued, discarded)
+
+    # -- queues ---------------------------------------------------------------------------------------------------
+
+    def _queues_for(self, changes: Sequence[object]) -> dict[int, _Queue]:
+        if not changes or not len(self.index):
+            return {}
+        acked = dict(Client.objects.values_list("id", "acked_seq"))
+        queues: dict[int, _Queue] = {}
+        states = {state.client_id: state for state in QueueState.objects.filter(client_id__in=list(acked))}
+        for client_id, acked_seq in acked.items():
+            state = states.get(client_id)
+            if state is None:
+                state = QueueState.objects.create(client_id=client_id)
+            queues[client_id] = _Queue(acked=acked_seq, last=state.last_seq, max_queue=state.max_queue)
+            queues[client_id].last = max(queues[client_id].last, acked_seq)
+        return queues
+
+    def _write_queues(self, changes: Sequence, queues: dict[int, _Queue], stored: list[int]) -> int:
+        # An entry the unqueue-oldest policy dropped within this same batch is never written, nor is a change that
+        # only such entries pointed at.
+        live: set[int] = set()
+        for queue in queues.values():
+            if queue.entries and queue.entries[0][0] <= queue.acked:
+                queue.entries = [entry for entry in queue.entries if entry[0] > queue.acked]
+            live.update(position for _, position in queue.entries)
+        kept = [position for position in stored if position in live]
+        change_ids: dict[int, int] = {}
+        if kept:
+            first = bulk.allocate_ids(Change._meta.db_table, len(kept))
+            rows = []
+            for offset, position in enumerate(kept):
+                change = changes[position]
+                change_ids[position] = first + offset
+                rows.append(
+                    (
+                        first + offset,
+                        change.schema,
+                        change.table,
+                        change.kind,
+                        change.file,
+                        change.pos,
+                        change.row,
+                        change.timestamp,
+                        change.gtid,
+                        rowcodec.encode(change.columns, change.before, change.after),
+                    )
+                )
+            bulk.insert_rows(
+                Change._meta.db_table,
+                (
+                    "id",
+                    "schema_name",
+                    "table_name",
+                    "kind",
+                    "binlog_file",
+                    "binlog_pos",
+                    "row_index",
+                    "timestamp",
+                    "gtid",
+                    "data",
+                ),
+                rows,
+            )
+        entry_rows = [
+            (client_id, seq, change_ids[position])
+            for client_id, queue in queues.items()
+            for seq, position in queue.entries
+        ]
+        bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "change_id"), entry_rows)
+        for client_id, queue in queues.items():
+            if not queue.entries and not queue.discarded:
+                continue
+            QueueState.objects.filter(client_id=client_id).update(
+                last_seq=queue.last, discarded=F("discarded") + queue.discarded, max_queue=queue.max_queue
+            )
+            if queue.discarded:
+                Client.objects.filter(id=client_id).update(
+                    acked_seq=Greatest(F("acked_seq"), Value(queue.acked)),
+                    delivered_seq=Greatest(F("delivered_seq"), Value(queue.acked)),
+                )
+        return len(entry_rows)
+
+    # -- statistics and schema ------------------------------------------------------------------------------------
+
+    def _count_events(self, transactions: Sequence[Transaction]) -> None:
+        counts: Counter[int] = Counter()
+        for tx in transactions:
+            counts.update(tx.event_counts)
+        if not counts:
+            return
+        table = connection.ops.quote_name(EventCount._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {table} (source, event_type, count) VALUES (%s, %s, %s)"
+                f" ON CONFLICT (source, event_type) DO UPDATE SET count = {table}.count + excluded.count",
+                [(self.source, event_type, count) for event_type, count in sorted(counts.items())],
+            )
+
+    def _record_layouts(self, changes: Sequence) -> None:
+        seen: dict[tuple[str, str], tuple[TableInfo, int]] = {}
+        last_info: TableInfo | None = None
+        for change in changes:
+            info = change.table_info
+            if info is last_info:  # rows of one event share their TableInfo: skip the signature then
+                continue
+            last_info = info
+            key = (info.schema, info.table)
+            signature = hash(tuple((c.name, c.type_name, c.type_code, c.unsigned) for c in info.columns))
+            if self._recorded_layouts.get(key) != signature:
+                seen[key] = (info, signature)
+        for key, (info, signature) in seen.items():
+            record_table(info)
+            self._recorded_layouts[key] = signature
+
+
+def record_table(info: TableInfo) -> None:
+    """Keeps the schema page's view of a table: its latest columns and types."""
+    table, _ = SchemaTable.objects.update_or_create(
+        schema_name=info.schema,
+        table_name=info.table,
+        defaults={"primary_key": ",".join(info.primary_key)[:1000]},
+    )
+    columns = [
+        SchemaColumn(
+            table=table,
+            ordinal=ordinal,
+            name=column.name,
+            type_name=(column.type_name or "")[:255],
+            type_code=column.type_code,
+            unsigned=bool(column.unsigned),
+            nullable=bool(column.nullable),
+            charset=(column.charset or "")[:64] if isinstance(column.charset, str) else str(column.charset or ""),
+        )
+        for ordinal, column in enumerate(info.columns, start=1)
+    ]
+    existing = list(table.columns.values_list("ordinal", "name", "type_name", "type_code", "unsigned"))
+    wanted = [(c.ordinal, c.name, c.type_name, c.type_code, c.unsigned) for c in columns]
+    if existing != wanted:
+        table.columns.all().delete()
+        SchemaColumn.objects.bulk_create(columns)

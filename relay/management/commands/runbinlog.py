@@ -1,0 +1,52 @@
+"""manage.py runbinlog: the binlog worker (see relay/worker.py)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from binlog import Position
+from relay.config import ConfigError, load_config, parse_position
+from relay.worker import Worker, WorkerOptions
+
+
+class Command(BaseCommand):
+    help = "Replicate from the source and write each wanted row change into its clients' queues."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--config", help="path of replicaterelay.conf (default: $RELAY_CONFIG or ./)")
+        start = parser.add_mutually_exclusive_group()
+        start.add_argument("--from", dest="start_from", metavar="FILE:POS", help="start here instead of the checkpoint")
+        start.add_argument("--from-gtid", metavar="GTID", help="start at this GTID state instead of the checkpoint")
+        parser.add_argument("--batch-rows", type=int, default=5000, help="rows per store transaction at most")
+        parser.add_argument("--batch-ms", type=int, default=100, help="milliseconds a batch may wait at most")
+        parser.add_argument("--max-runtime", type=float, help="stop cleanly after this many seconds")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            config = load_config(options["config"], require_source=True) if options["config"] else None
+            config = config or settings.RELAY_CONFIG
+            if not config.source.host or not config.source.user:
+                load_config(config.config_path, require_source=True)
+            start = None
+            if options["start_from"]:
+                file, pos = parse_position("--from", options["start_from"])
+                start = Position(file, pos)
+            elif options["from_gtid"]:
+                start = Position("", 4, options["from_gtid"])
+        except ConfigError as exc:
+            raise CommandError(f"configuration error: {exc}") from None
+        worker = Worker(
+            config,
+            WorkerOptions(
+                batch_rows=options["batch_rows"],
+                batch_ms=options["batch_ms"],
+                start=start,
+                max_runtime_seconds=options["max_runtime"],
+            ),
+        )
+        worker.install_signal_handlers()
+        sys.exit(worker.run())

@@ -1,0 +1,298 @@
+"""The store: clients, filters, row changes and the queues that point at them, checkpoints, statistics, schema.
+
+A client's queue is the contiguous range of sequence numbers ``(acked_seq, last_seq]``: entries only ever leave at the
+head (POLL, ACK, the unqueue-oldest policy, a purge), so the queue size is a subtraction and the head is an index
+lookup on ``(client, seq)``, whatever the number of entries in the store. ``last_seq`` belongs to the worker (it
+appends) and lives in :class:`QueueState`; ``acked_seq`` and ``delivered_seq`` belong to the relay server (it
+consumes) and live on :class:`Client`, so that the two processes never wait for each other's row locks.
+
+Only relay/store.py, relay/ingest.py and relay/usage.py write to these tables; everything else uses their APIs.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class EventKind(models.IntegerChoices):
+    """Row change types, with the relay protocol's bit values (a filter's mask combines them)."""
+
+    INSERT = 1, "insert"
+    UPDATE = 2, "update"
+    DELETE = 4, "delete"
+
+
+class DiscardPolicy(models.IntegerChoices):
+    NO_DISCARD = 0, "no discard"
+    UNQUEUE_OLDEST = 1, "unqueue oldest"
+    IGNORE_NEWEST = 2, "ignore newest"
+
+
+class Client(models.Model):
+    """A relay client, known by its name; its id is the protocol's ClientID, stable for ever."""
+
+    name = models.CharField(max_length=255, unique=True)
+    token = models.BigIntegerField(default=0, help_text="ClientToken of the current session")
+    created = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+    connected = models.BooleanField(default=False)
+    session_started = models.DateTimeField(null=True, blank=True)
+    remote_address = models.CharField(max_length=100, blank=True, default="")
+    served = models.BigIntegerField(default=0)
+    acked_seq = models.BigIntegerField(default=0, help_text="every entry up to here has left the queue")
+    delivered_seq = models.BigIntegerField(default=0, help_text="sent in this session, waiting for an ACK")
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.id})"
+
+
+class QueueState(models.Model):
+    """The worker's side of a client's queue."""
+
+    client = models.OneToOneField(Client, on_delete=models.CASCADE, primary_key=True, related_name="queue_state")
+    last_seq = models.BigIntegerField(default=0, help_text="sequence number of the newest entry")
+    discarded = models.BigIntegerField(default=0)
+    max_queue = models.BigIntegerField(default=0, help_text="largest queue size seen")
+
+    def __str__(self) -> str:
+        return f"queue of client #{self.client_id}"
+
+
+class Filter(models.Model):
+    """What a client asked for: event types on schema.table (names exact, or with * and ? wildcards)."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="filters")
+    event_mask = models.PositiveSmallIntegerField(help_text="1 insert, 2 update, 4 delete, combined")
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    queue_limit = models.IntegerField(default=0, help_text="<= 0: unlimited")
+    discard_policy = models.PositiveSmallIntegerField(choices=DiscardPolicy.choices, default=DiscardPolicy.NO_DISCARD)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["client_id", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "event_mask", "schema_name", "table_name"], name="filter_identity_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schema_name}.{self.table_name} ({mask_letters(self.event_mask)})"
+
+
+def mask_letters(mask: int) -> str:
+    return "".join(letter for bit, letter in ((1, "I"), (2, "U"), (4, "D")) if mask & bit)
+
+
+class Change(models.Model):
+    """One row change, stored once however many queues point at it."""
+
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    kind = models.PositiveSmallIntegerField(choices=EventKind.choices)
+    binlog_file = models.CharField(max_length=255)
+    binlog_pos = models.BigIntegerField(help_text="end position of the rows event")
+    row_index = models.IntegerField(help_text="index of the row within its rows event")
+    timestamp = models.BigIntegerField(help_text="event time, unix seconds")
+    gtid = models.CharField(max_length=255, blank=True, default="")
+    data = models.TextField(help_text="columns with before/after values, see relay/rowcodec.py")
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.schema_name}.{self.table_name} @ {self.binlog_file}:{self.binlog_pos}"
+
+
+class QueueEntry(models.Model):
+    """A client's queue slot: its sequence number and the change it points at."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    seq = models.BigIntegerField()
+    # No database constraint: changes are deleted only once no entry points at them (relay/store.py), and the
+    # constraint check would cost a lookup on every insert in the hot path.
+    change = models.ForeignKey(Change, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["client", "seq"], name="queue_entry_client_seq")]
+        indexes = [models.Index(fields=["change"], name="queue_entry_change")]
+        verbose_name_plural = "queue entries"
+
+    def __str__(self) -> str:
+        return f"client #{self.client_id} seq {self.seq}"
+
+
+class ServedEvent(models.Model):
+    """The last events served to a client (the original page's History column)."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="history")
+    seq = models.BigIntegerField()
+    kind = models.PositiveSmallIntegerField(choices=EventKind.choices)
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    served_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-served_at", "-id"]
+        indexes = [models.Index(fields=["client", "-id"], name="served_event_client")]
+
+
+class Checkpoint(models.Model):
+    """Where the worker resumes for one source: the position just after the last applied transaction."""
+
+    source = models.CharField(max_length=255, unique=True)
+    binlog_file = models.CharField(max_length=255)
+    binlog_pos = models.BigIntegerField()
+    gtid = models.TextField(blank=True, default="")
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.source} @ {self.binlog_file}:{self.binlog_pos}"
+
+
+class WorkerStatus(models.Model):
+    """The binlog worker's state and counters, per source, for the dashboard and /metrics."""
+
+    class State(models.TextChoices):
+        STARTING = "starting"
+        CONNECTED = "connected"
+        STANDBY = "standby"
+        RECONNECTING = "reconnecting"
+        STOPPED = "stopped"
+        FAILED = "failed"
+
+    source = models.CharField(max_length=255, unique=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.STOPPED)
+    pid = models.IntegerField(null=True, blank=True)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    started = models.DateTimeField(null=True, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True, help_text="last time the worker reported")
+    rows = models.BigIntegerField(default=0)
+    transactions = models.BigIntegerField(default=0)
+    rows_since_start = models.BigIntegerField(default=0)
+    reconnects = models.BigIntegerField(default=0)
+    lag_seconds = models.FloatField(null=True, blank=True)
+    source_file = models.CharField(max_length=255, blank=True, default="")
+    source_pos = models.BigIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    last_error_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "worker status"
+
+    def __str__(self) -> str:
+        return f"worker for {self.source}: {self.state}"
+
+
+class EventCount(models.Model):
+    """Binlog events received, by event type, per source."""
+
+    source = models.CharField(max_length=255)
+    event_type = models.PositiveSmallIntegerField()
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["source", "event_type"]
+        constraints = [models.UniqueConstraint(fields=["source", "event_type"], name="event_count_unique")]
+
+
+class TableUsage(models.Model):
+    """Rows inserted, updated and deleted per table: all time, and since the worker's start."""
+
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    inserts = models.BigIntegerField(default=0)
+    updates = models.BigIntegerField(default=0)
+    deletes = models.BigIntegerField(default=0)
+    start_inserts = models.BigIntegerField(default=0)
+    start_updates = models.BigIntegerField(default=0)
+    start_deletes = models.BigIntegerField(default=0)
+    last_change = models.BigIntegerField(null=True, blank=True, help_text="unix time of the newest change")
+
+    class Meta:
+        ordering = ["schema_name", "table_name"]
+        constraints = [models.UniqueConstraint(fields=["schema_name", "table_name"], name="table_usage_unique")]
+        verbose_name_plural = "table usage"
+
+    def __str__(self) -> str:
+        return f"{self.schema_name}.{self.table_name}"
+
+
+class UsageMinute(models.Model):
+    """Rows per table per minute of event time: the rolling 24 h and 1 h windows sum these buckets."""
+
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    minute = models.BigIntegerField(help_text="unix time of the minute's start")
+    inserts = models.BigIntegerField(default=0)
+    updates = models.BigIntegerField(default=0)
+    deletes = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["schema_name", "table_name", "minute"], name="usage_minute_unique")
+        ]
+        indexes = [models.Index(fields=["minute"], name="usage_minute_minute")]
+
+
+class UsageHistory(models.Model):
+    """Table usage per hour or day computed by the PySpark pipeline over archived binlogs and logs."""
+
+    class Period(models.TextChoices):
+        HOUR = "hour"
+        DAY = "day"
+
+    period = models.CharField(max_length=4, choices=Period.choices)
+    start = models.DateTimeField()
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    inserts = models.BigIntegerField(default=0)
+    updates = models.BigIntegerField(default=0)
+    deletes = models.BigIntegerField(default=0)
+    transactions = models.BigIntegerField(default=0)
+    run = models.CharField(max_length=64, blank=True, default="", help_text="pipeline run that computed it")
+
+    class Meta:
+        ordering = ["-start", "schema_name", "table_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period", "start", "schema_name", "table_name"], name="usage_history_unique"
+            )
+        ]
+        verbose_name_plural = "usage history"
+
+
+class SchemaTable(models.Model):
+    """A table seen in the stream, with the layout of its latest TABLE_MAP."""
+
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    primary_key = models.CharField(max_length=1000, blank=True, default="")
+    first_seen = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["schema_name", "table_name"]
+        constraints = [models.UniqueConstraint(fields=["schema_name", "table_name"], name="schema_table_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.schema_name}.{self.table_name}"
+
+
+class SchemaColumn(models.Model):
+    table = models.ForeignKey(SchemaTable, on_delete=models.CASCADE, related_name="columns")
+    ordinal = models.PositiveIntegerField()
+    name = models.CharField(max_length=255)
+    type_name = models.CharField(max_length=255, blank=True, default="")
+    type_code = models.PositiveSmallIntegerField()
+    unsigned = models.BooleanField(default=False)
+    nullable = models.BooleanField(default=True)
+    charset = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        ordering = ["table_id", "ordinal"]
+        constraints = [models.UniqueConstraint(fields=["table", "ordinal"], name="schema_column_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.table}.{self.name}"

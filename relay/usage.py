@@ -1,0 +1,104 @@
+"""Table usage counters: rows per table all time, since the worker's start, and in minute buckets of event time.
+
+The rolling windows are sums over the buckets of the last 60 and 1,440 minutes (a true rolling window, unlike the
+original's "since local midnight"), and inserts, updates and deletes are all counted in rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db import connection
+from django.db.models import Sum
+
+from relay.models import TableUsage, UsageMinute
+
+BUCKET_RETENTION_MINUTES = 2 * 24 * 60
+KIND_COLUMN = {1: 0, 2: 1, 4: 2}
+
+
+class UsageTally:
+    """Counts of one batch, written with one upsert per table and per (table, minute)."""
+
+    def __init__(self) -> None:
+        self.tables: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        self.minutes: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+
+    def add(self, schema: str, table: str, kind: int, timestamp: int) -> None:
+        column = KIND_COLUMN[kind]
+        counts = self.tables[(schema, table)]
+        counts[column] += 1
+        if timestamp > counts[3]:
+            counts[3] = timestamp
+        self.minutes[(schema, table, timestamp - timestamp % 60)][column] += 1
+
+    def __bool__(self) -> bool:
+        return bool(self.tables)
+
+    def write(self) -> None:
+        if not self.tables:
+            return
+        usage = connection.ops.quote_name(TableUsage._meta.db_table)
+        minute = connection.ops.quote_name(UsageMinute._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {usage} (schema_name, table_name, inserts, updates, deletes, start_inserts,"
+                " start_updates, start_deletes, last_change) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (schema_name, table_name) DO UPDATE SET"
+                f" inserts = {usage}.inserts + excluded.inserts, updates = {usage}.updates + excluded.updates,"
+                f" deletes = {usage}.deletes + excluded.deletes,"
+                f" start_inserts = {usage}.start_inserts + excluded.start_inserts,"
+                f" start_updates = {usage}.start_updates + excluded.start_updates,"
+                f" start_deletes = {usage}.start_deletes + excluded.start_deletes,"
+                " last_change = excluded.last_change",
+                [(s, t, i, u, d, i, u, d, last) for (s, t), (i, u, d, last) in sorted(self.tables.items())],
+            )
+            cursor.executemany(
+                f"INSERT INTO {minute} (schema_name, table_name, minute, inserts, updates, deletes)"
+                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (schema_name, table_name, minute) DO UPDATE SET"
+                f" inserts = {minute}.inserts + excluded.inserts, updates = {minute}.updates + excluded.updates,"
+                f" deletes = {minute}.deletes + excluded.deletes",
+                [(s, t, m, i, u, d) for (s, t, m), (i, u, d) in sorted(self.minutes.items())],
+            )
+
+
+def reset_since_start() -> None:
+    TableUsage.objects.update(start_inserts=0, start_updates=0, start_deletes=0)
+
+
+def prune_buckets(now: float | None = None) -> int:
+    cutoff = int(now if now is not None else time.time()) - BUCKET_RETENTION_MINUTES * 60
+    return UsageMinute.objects.filter(minute__lt=cutoff).delete()[0]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCounts:
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.inserts + self.updates + self.deletes
+
+
+def rolling_window(minutes: int, now: float | None = None) -> dict[tuple[str, str], WindowCounts]:
+    """Rows per table over the last ``minutes`` minutes (the current minute included)."""
+    now = int(now if now is not None else time.time())
+    since = now - now % 60 - (minutes - 1) * 60
+    rows = (
+        UsageMinute.objects.filter(minute__gte=since)
+        .values("schema_name", "table_name")
+        .annotate(i=Sum("inserts"), u=Sum("updates"), d=Sum("deletes"))
+    )
+    return {(row["schema_name"], row["table_name"]): WindowCounts(row["i"], row["u"], row["d"]) for row in rows}
+
+
+def tally(changes: Iterable[tuple[str, str, int, int]]) -> UsageTally:
+    counts = UsageTally()
+    for schema, table, kind, timestamp in changes:
+        counts.add(schema, table, kind, timestamp)
+    return counts
