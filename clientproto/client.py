@@ -1,0 +1,303 @@
+"""A blocking Python client for the relay: legacy POLL/POLLV2 and the FETCH/ACK extensions, with reconnection.
+
+::
+
+    with RelayClient("relay.example", 6002, "secret", "billing", timeout=10) as client:
+        client.add_filter("IU", "shop", "orders")
+        for event in client.events(manual_ack=True):
+            handle(event)          # acknowledged when the next batch is requested: at-least-once delivery
+
+Every request after AUTH carries the session's ClientID and token. On a socket error (or a reply that fails its
+checksum, or a 0xFB session error) the client reconnects with exponential backoff: PING, AUTH, the remembered filters
+again, then the failed request once more. Requests are idempotent for this (ADDFILTER, REMOVEFILTER, ACK, FETCH in
+manual-ack mode) except auto-ack POLL/FETCH, whose lost reply loses its events: use manual ack when that matters.
+One client is one connection; it is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import time
+from collections.abc import Iterator
+
+from .auth import server_key
+from .constants import MAX_FETCH_EVENTS, PROTOCOL_VERSION, REPLY_HEADER_SIZE, Command, EventType, Result, type_mask
+from .errors import AuthFailed, BadSession, ConnectionLost, ProtocolError, RelayError
+from .extensions import (
+    AckReply,
+    Status,
+    decode_ack_reply,
+    decode_fetch_reply,
+    decode_removefilter_reply,
+    decode_status_reply,
+    encode_ack,
+    encode_fetch,
+    encode_removefilter,
+)
+from .header import decode_reply_header, encode_request, verify_reply
+from .payloads import (
+    PollEvent,
+    decode_auth_reply,
+    decode_poll_reply,
+    decode_pollv2_reply,
+    encode_addfilter,
+    encode_auth,
+)
+from .records import ABSENT, Column, Event
+
+log = logging.getLogger(__name__)
+
+FilterKey = tuple[int, str, str]
+
+
+def legacy_event(reply: PollEvent) -> Event:
+    """A POLL/POLLV2 reply as an Event: seq 0, no file or GTID, and NULL still the text b"NULL" (the legacy
+    format cannot tell them apart); the image an event type does not have becomes ABSENT."""
+    columns = [
+        Column(
+            c.name,
+            ABSENT if reply.event_type == EventType.INSERT else c.before,
+            ABSENT if reply.event_type == EventType.DELETE else c.after,
+        )
+        for c in reply.columns
+    ]
+    return Event(
+        seq=0,
+        type=reply.event_type,
+        schema=reply.schema,
+        table=reply.table,
+        pos=reply.position & 0xFFFFFFFF,
+        timestamp=reply.position >> 32,
+        columns=columns,
+    )
+
+
+class RelayClient:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        secret: str | bytes,
+        name: str,
+        *,
+        timeout: float = 30.0,
+        reconnect: bool = True,
+        max_retries: int | None = None,
+        backoff: float = 0.1,
+        max_backoff: float = 30.0,
+        key: int | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.name = name
+        self.timeout = timeout
+        self.reconnect = reconnect
+        #: Reconnection attempts per request before giving up with ConnectionLost (None: keep trying).
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        #: The original server's key variant, which every relay accepts.
+        self.key = server_key(secret) if key is None else key
+        self.client_id = 0
+        self.token = 0
+        #: QueueSize of the latest POLL/FETCH reply.
+        self.queue_size = 0
+        #: Number of successful connections (the first one included).
+        self.sessions = 0
+        self._sock: socket.socket | None = None
+        self._filters: dict[FilterKey, tuple[int, int]] = {}
+
+    # ------------------------------------------------------------------------------------------------ connection
+
+    def __enter__(self) -> RelayClient:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def connect(self) -> None:
+        """Open a session: PING (must answer 0), AUTH, then every remembered filter again."""
+        self.close()
+        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        try:
+            result, _ = self._roundtrip(Command.PING, b"")
+            if result != Result.OK:
+                raise RelayError(result, f"PING answered 0x{result:02x}")
+            # AUTH goes out with ClientID/token 0, as the original clients send it.
+            self.client_id = self.token = 0
+            result, payload = self._roundtrip(Command.AUTH, encode_auth(self.key, self.name))
+            if result != Result.OK:
+                raise AuthFailed(result, f"AUTH refused for client {self.name!r} (result 0x{result:02x})")
+            reply = decode_auth_reply(payload)
+            self.client_id, self.token = reply.client_id, reply.token
+            for (types, schema, table), (limit, policy) in self._filters.items():
+                request = encode_addfilter(types, schema, table, limit, policy)
+                result, payload = self._roundtrip(Command.ADDFILTER, request)
+                self._check(result, payload, "ADDFILTER")
+        except BaseException:
+            self.close()
+            raise
+        self.sessions += 1
+        log.debug("relay session %d: client %r is ClientID %d", self.sessions, self.name, self.client_id)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _recv_exactly(self, size: int) -> bytes:
+        assert self._sock is not None
+        chunks = []
+        left = size
+        while left:
+            chunk = self._sock.recv(left)
+            if not chunk:
+                raise ConnectionResetError("the relay closed the connection")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _roundtrip(self, command: int, payload: bytes, timeout: float | None = None) -> tuple[int, bytes]:
+        """One request, one reply, on the current socket. Socket and framing errors propagate."""
+        if self._sock is None:
+            raise ConnectionResetError("not connected")
+        frame = encode_request(command, payload, version=PROTOCOL_VERSION, client_id=self.client_id, token=self.token)
+        self._sock.settimeout(self.timeout if timeout is None else timeout)
+        self._sock.sendall(frame)
+        header = decode_reply_header(self._recv_exactly(REPLY_HEADER_SIZE))
+        body = self._recv_exactly(header.payload_size) if header.payload_size else b""
+        verify_reply(header, body)
+        return header.result, body
+
+    def _call(self, command: int, payload: bytes, timeout: float | None = None) -> tuple[int, bytes]:
+        """A request with reconnect-and-retry on socket errors, corrupt replies and lost sessions."""
+        failures = 0
+        delay = self.backoff
+        while True:
+            try:
+                if self._sock is None:
+                    self.connect()
+                result, body = self._roundtrip(command, payload, timeout)
+                if result != Result.BAD_SESSION:
+                    return result, body
+                error: Exception = BadSession(result, body.rstrip(b"\x00").decode("utf-8", "replace"))
+            except (OSError, ProtocolError) as exc:
+                error = exc
+            self.close()
+            failures += 1
+            if not self.reconnect or (self.max_retries is not None and failures > self.max_retries):
+                raise ConnectionLost(f"relay {self.host}:{self.port}: {error}") from error
+            log.warning("relay %s:%d: %s; reconnecting in %.1fs", self.host, self.port, error, delay)
+            time.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, self.max_backoff)
+
+    @staticmethod
+    def _check(result: int, payload: bytes, what: str) -> None:
+        if result != Result.OK:
+            message = payload.rstrip(b"\x00").decode("utf-8", "replace")
+            raise RelayError(result, f"{what} failed with result 0x{result:02x}: {message}")
+
+    # ------------------------------------------------------------------------------------------------ commands
+
+    def ping(self) -> None:
+        result, payload = self._call(Command.PING, b"")
+        self._check(result, payload, "PING")
+
+    def add_filter(self, types: int | str, schema: str, table: str, limit: int = 0, policy: int = 0) -> None:
+        """Ask for ``types`` (mask or letters "IUD") on schema.table (``*`` and ``?`` match); re-sent on reconnect."""
+        mask = type_mask(types)
+        result, payload = self._call(Command.ADDFILTER, encode_addfilter(mask, schema, table, limit, policy))
+        self._check(result, payload, "ADDFILTER")
+        self._filters[(mask, schema, table)] = (limit, policy)
+
+    def remove_filter(self, types: int | str, schema: str, table: str) -> bool:
+        """Remove the filter with exactly this identity; False when there was none."""
+        mask = type_mask(types)
+        result, payload = self._call(Command.REMOVEFILTER, encode_removefilter(mask, schema, table))
+        self._check(result, payload, "REMOVEFILTER")
+        self._filters.pop((mask, schema, table), None)
+        return decode_removefilter_reply(payload)
+
+    def poll(self) -> Event | None:
+        """Legacy POLL: the next event (removed from the queue as it is sent), or None when the queue is empty."""
+        return self._poll(Command.POLL)
+
+    def poll_v2(self) -> Event | None:
+        """Legacy POLLV2: as poll()."""
+        return self._poll(Command.POLLV2)
+
+    def _poll(self, command: Command) -> Event | None:
+        result, payload = self._call(command, b"")
+        if result == Result.EMPTY:
+            return None
+        self._check(result, payload, command.name)
+        reply = decode_poll_reply(payload) if command == Command.POLL else decode_pollv2_reply(payload)
+        self.queue_size = reply.queue_size
+        return legacy_event(reply)
+
+    def fetch(
+        self, max_events: int = 500, wait_ms: int = 0, manual_ack: bool = False, ack_upto: int = 0
+    ) -> list[Event]:
+        """Up to ``max_events`` events, waiting up to ``wait_ms`` for the first; [] when none came.
+
+        With ``manual_ack`` the events stay queued until :meth:`ack` (or a later fetch's ``ack_upto``) covers them,
+        and come again in the next session if the client dies first.
+        """
+        max_events = max(1, min(max_events, MAX_FETCH_EVENTS))
+        payload = encode_fetch(max_events, wait_ms, manual_ack=manual_ack, ack_upto=ack_upto)
+        result, body = self._call(Command.FETCH, payload, timeout=self.timeout + wait_ms / 1000)
+        if result == Result.EMPTY:
+            self.queue_size = 0
+            return []
+        self._check(result, body, "FETCH")
+        reply = decode_fetch_reply(body)
+        self.queue_size = reply.queue_size
+        return reply.events
+
+    def ack(self, seq: int) -> AckReply:
+        """Acknowledge every event up to ``seq`` (cumulative, idempotent)."""
+        result, payload = self._call(Command.ACK, encode_ack(seq))
+        self._check(result, payload, "ACK")
+        return decode_ack_reply(payload)
+
+    def status(self) -> Status:
+        result, payload = self._call(Command.STATUS, b"")
+        self._check(result, payload, "STATUS")
+        return decode_status_reply(payload)
+
+    def events(
+        self, batch: int = 500, wait_ms: int = 1000, manual_ack: bool = True, *, stop_when_idle: bool = False
+    ) -> Iterator[Event]:
+        """Every event, forever (or until a fetch comes back empty, with ``stop_when_idle``).
+
+        In manual-ack mode a batch is acknowledged when the caller asks for the event after its last one (the
+        acknowledgement rides on the next FETCH), so an event the caller has not finished with is never
+        acknowledged. Events a reconnection delivers again are skipped by their sequence number.
+        """
+        last_seq = 0
+        acked = 0
+        while True:
+            ack_upto = last_seq if manual_ack and last_seq > acked else 0
+            events = self.fetch(batch, wait_ms, manual_ack=manual_ack, ack_upto=ack_upto)
+            if ack_upto:
+                acked = ack_upto
+            if not events and stop_when_idle:
+                if manual_ack and last_seq > acked:
+                    self.ack(last_seq)
+                return
+            for event in events:
+                if event.seq <= last_seq:
+                    continue
+                last_seq = event.seq
+                yield event

@@ -1,0 +1,347 @@
+"""FETCH records: one row change with its per-client sequence number, position and column values.
+
+Layout (little-endian; lstring = u32 len n+1, n bytes, 0x00)::
+
+    u32     RecordSize    bytes of the record after this field (a reader skips fields it does not know)
+    u64     Seq           per-client sequence number, strictly increasing, the unit of ACK
+    u8      EventType     0x01 INSERT, 0x02 UPDATE, 0x04 DELETE
+    u32     Timestamp     the binlog event's timestamp (Unix seconds, UTC)
+    u64     Position      end position of the rows event in File (the binlog's log_pos)
+    u32     Row           index of the row inside the rows event, from 0
+    lstring File          binlog file name
+    lstring Gtid          the transaction's GTID ("" when the source has none)
+    lstring Schema
+    lstring Table
+    u32     ColumnCount
+    ColumnCount times:
+        lstring Name
+        u8      Flags     0x01 before NULL, 0x02 after NULL, 0x04 before absent, 0x08 after absent
+        lstring Before    only when Flags has neither 0x01 nor 0x04
+        lstring After     only when Flags has neither 0x02 nor 0x08
+
+A NULL or absent value carries no bytes at all, so NULL is distinct from the text 'NULL' and from ''. "Absent" is
+the image an event does not have (before for INSERT, after for DELETE) or a column a partial row image left out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from .constants import MAX_NAME, ColumnFlags, EventType
+from .wire import NUL, U32, Reader, name_lstring, text_lstring
+
+
+class _Absent:
+    """Type of :data:`ABSENT`, the value of a column an image does not carry."""
+
+    __slots__ = ()
+    _instance: _Absent | None = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+#: The value of a column that an image does not carry (distinct from None, which is SQL NULL).
+ABSENT: Final = _Absent()
+
+Value = bytes | None | _Absent
+#: What encoders accept for a value: text is encoded as UTF-8.
+InValue = bytes | bytearray | str | None | _Absent
+
+_FIXED = struct.Struct("<QBIQI")
+_pack_fixed = _FIXED.pack
+_pack_u32 = U32.pack
+_FLAG = [bytes([i]) for i in range(16)]
+_BEFORE_NULL = ColumnFlags.BEFORE_NULL.value
+_AFTER_NULL = ColumnFlags.AFTER_NULL.value
+_BEFORE_ABSENT = ColumnFlags.BEFORE_ABSENT.value
+_AFTER_ABSENT = ColumnFlags.AFTER_ABSENT.value
+_TYPE_NAMES = {EventType.INSERT: "INSERT", EventType.UPDATE: "UPDATE", EventType.DELETE: "DELETE"}
+_VALID_TYPES = frozenset(_TYPE_NAMES)
+
+
+class Column(NamedTuple):
+    """One column of a row change: ``before``/``after`` are bytes, None for SQL NULL, or ABSENT."""
+
+    name: str
+    before: Value = ABSENT
+    after: Value = ABSENT
+
+
+@dataclass(slots=True)
+class Event:
+    """One row change as delivered to a client."""
+
+    seq: int
+    type: int
+    schema: str
+    table: str
+    file: str = ""
+    pos: int = 0
+    row: int = 0
+    timestamp: int = 0
+    gtid: str = ""
+    columns: list[Column] = field(default_factory=list)
+
+    @property
+    def type_name(self) -> str:
+        return _TYPE_NAMES.get(self.type, f"0x{self.type:02x}")
+
+    @property
+    def event_position(self) -> int:
+        """The legacy POLL EventPosition: (timestamp << 32) | log_pos."""
+        return ((self.timestamp & 0xFFFFFFFF) << 32) | (self.pos & 0xFFFFFFFF)
+
+    def before(self) -> dict[str, bytes | None]:
+        """Columns present in the before image, by name."""
+        return {c.name: c.before for c in self.columns if c.before is not ABSENT}  # type: ignore[misc]
+
+    def after(self) -> dict[str, bytes | None]:
+        """Columns present in the after image, by name."""
+        return {c.name: c.after for c in self.columns if c.after is not ABSENT}  # type: ignore[misc]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; values are text, or ``{"base64": ...}`` when they are not UTF-8 (BLOBs)."""
+        data: dict[str, Any] = {
+            "seq": self.seq,
+            "type": self.type_name,
+            "schema": self.schema,
+            "table": self.table,
+            "file": self.file,
+            "pos": self.pos,
+            "row": self.row,
+            "timestamp": self.timestamp,
+            "gtid": self.gtid,
+        }
+        if self.type != EventType.INSERT:
+            data["before"] = {name: _json_value(value) for name, value in self.before().items()}
+        if self.type != EventType.DELETE:
+            data["after"] = {name: _json_value(value) for name, value in self.after().items()}
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_value(value: bytes | None) -> str | dict[str, str] | None:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(value).decode("ascii")}
+
+
+def encode_record(
+    seq: int,
+    event_type: int,
+    timestamp: int,
+    file: str,
+    pos: int,
+    row: int,
+    gtid: str,
+    schema: str,
+    table: str,
+    columns: Sequence[tuple[str, InValue, InValue]],
+) -> bytes:
+    """One FETCH record. ``columns`` are (name, before, after) tuples or :class:`Column`; hot path of FETCH."""
+    parts = [
+        b"",  # RecordSize, filled in below
+        _pack_fixed(seq, event_type, timestamp, pos, row),
+        name_lstring(file),
+        text_lstring(gtid) if gtid else b"\x01\x00\x00\x00\x00",
+        name_lstring(schema),
+        name_lstring(table),
+        _pack_u32(len(columns)),
+    ]
+    append = parts.append
+    for name, before, after in columns:
+        flags = 0
+        if before is None:
+            flags = _BEFORE_NULL
+            before_bytes = None
+        elif before is ABSENT:
+            flags = _BEFORE_ABSENT
+            before_bytes = None
+        else:
+            before_bytes = before.encode("utf-8") if isinstance(before, str) else before
+        if after is None:
+            flags |= _AFTER_NULL
+            after_bytes = None
+        elif after is ABSENT:
+            flags |= _AFTER_ABSENT
+            after_bytes = None
+        else:
+            after_bytes = after.encode("utf-8") if isinstance(after, str) else after
+        append(name_lstring(name))
+        append(_FLAG[flags])
+        if before_bytes is not None:
+            append(_pack_u32(len(before_bytes) + 1))
+            append(before_bytes)
+            append(NUL)
+        if after_bytes is not None:
+            append(_pack_u32(len(after_bytes) + 1))
+            append(after_bytes)
+            append(NUL)
+    body = b"".join(parts)
+    return _pack_u32(len(body)) + body
+
+
+def encode_event(event: Event) -> bytes:
+    return encode_record(
+        event.seq,
+        event.type,
+        event.timestamp,
+        event.file,
+        event.pos,
+        event.row,
+        event.gtid,
+        event.schema,
+        event.table,
+        event.columns,
+    )
+
+
+class _Slow(Exception):
+    """Internal: the fast path met something odd; the checked path decodes again and names the problem."""
+
+
+_unpack_u32 = U32.unpack_from
+_unpack_fixed = _FIXED.unpack_from
+_new_column = Column._make
+_NAME_CACHE: dict[bytes, str] = {}
+
+
+def _fast_record(data: bytes, o: int, end: int) -> Event:
+    """Decode one record without per-field error reporting: about five times faster than the checked path,
+    which matters to a Python consumer reading tens of thousands of events per second."""
+    seq, event_type, timestamp, pos, row = _unpack_fixed(data, o)
+    o += 25
+    if event_type not in _VALID_TYPES or o > end:
+        raise _Slow
+    texts = []
+    for _ in range(4):
+        n = _unpack_u32(data, o)[0]
+        o += 4
+        e = o + n - 1
+        if n == 0 or e >= end or data[e] or n > MAX_NAME + 1:
+            raise _Slow
+        texts.append(data[o:e].decode("utf-8"))
+        o = e + 1
+    count = _unpack_u32(data, o)[0]
+    o += 4
+    if o > end or count * 6 > end - o:
+        raise _Slow
+    columns = []
+    append = columns.append
+    cache = _NAME_CACHE
+    for _ in range(count):
+        n = _unpack_u32(data, o)[0]
+        o += 4
+        e = o + n - 1
+        if n == 0 or e >= end or data[e] or n > MAX_NAME + 1:
+            raise _Slow
+        raw = data[o:e]
+        name = cache.get(raw)
+        if name is None:
+            name = raw.decode("utf-8")
+            if len(cache) < 65536:
+                cache[raw] = name
+        o = e + 1
+        if o >= end:
+            raise _Slow
+        flags = data[o]
+        o += 1
+        if flags & 0xF0 or (flags & 0x05) == 0x05 or (flags & 0x0A) == 0x0A:
+            raise _Slow
+        if flags & 0x05:
+            before: Value = None if flags & 0x01 else ABSENT
+        else:
+            n = _unpack_u32(data, o)[0]
+            o += 4
+            e = o + n - 1
+            if n == 0 or e >= end or data[e]:
+                raise _Slow
+            before = data[o:e]
+            o = e + 1
+        if flags & 0x0A:
+            after: Value = None if flags & 0x02 else ABSENT
+        else:
+            n = _unpack_u32(data, o)[0]
+            o += 4
+            e = o + n - 1
+            if n == 0 or e >= end or data[e]:
+                raise _Slow
+            after = data[o:e]
+            o = e + 1
+        append(_new_column((name, before, after)))
+    file, gtid, schema, table = texts
+    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns)
+
+
+def decode_record(reader: Reader, index: int = 0) -> Event:
+    """Read one record at the reader's offset; fields past the known ones (a newer server) are skipped."""
+    at = reader.offset
+    size = reader.u32(f"record {index} RecordSize")
+    if size > reader.remaining():
+        raise reader.fail(f"record {index} at offset {at}: RecordSize {size} but only {reader.remaining()} bytes left")
+    end = reader.offset + size
+    try:
+        event = _fast_record(reader.data, reader.offset, end)
+    except (_Slow, struct.error, UnicodeDecodeError):
+        event = _checked_record(Reader(reader.data, f"{reader.what} record {index}", reader.offset, end), at)
+    reader.offset = end
+    return event
+
+
+def _checked_record(sub: Reader, at: int) -> Event:
+    """The slow path, bounded by RecordSize so that a record never reads into the next one."""
+    seq, event_type, timestamp, pos, row = sub.unpack(_FIXED, "Seq/EventType/Timestamp/Position/Row")
+    if event_type not in _VALID_TYPES:
+        raise sub.fail(f"EventType 0x{event_type:02x} at offset {at + 12} is not 0x01, 0x02 or 0x04")
+    file = sub.text("File")
+    gtid = sub.text("Gtid")
+    schema = sub.text("Schema")
+    table = sub.text("Table")
+    count_at = sub.offset
+    count = sub.u32("ColumnCount")
+    # Each column takes at least 6 bytes (empty name + flags): refuse absurd counts before allocating.
+    if count * 6 > sub.remaining():
+        raise sub.fail(f"ColumnCount {count} at offset {count_at} cannot fit in the {sub.remaining()} bytes left")
+    columns: list[Column] = []
+    for i in range(count):
+        name = sub.text(f"column {i} Name", MAX_NAME)
+        flags_at = sub.offset
+        flags = sub.u8(f"column {i} Flags")
+        if flags & ~0x0F or (flags & 0x05) == 0x05 or (flags & 0x0A) == 0x0A:
+            raise sub.fail(f"column {i} Flags 0x{flags:02x} at offset {flags_at}: unknown bits or NULL and absent")
+        if flags & _BEFORE_NULL:
+            before: Value = None
+        elif flags & _BEFORE_ABSENT:
+            before = ABSENT
+        else:
+            before = sub.lstring(f"column {i} Before")
+        if flags & _AFTER_NULL:
+            after: Value = None
+        elif flags & _AFTER_ABSENT:
+            after = ABSENT
+        else:
+            after = sub.lstring(f"column {i} After")
+        columns.append(Column(name, before, after))
+    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns)
