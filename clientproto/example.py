@@ -49,7 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=6002)
     parser.add_argument("--secret", required=True, help="the relay's AuthSecret")
     parser.add_argument("--name", required=True, help="client name: the same name resumes the same queue")
-    parser.add_argument("--filter", dest="filters", type=parse_filter, action="append", default=[])
+    parser.add_argument(
+        "--filter",
+        dest="filters",
+        type=parse_filter,
+        action="append",
+        default=[],
+        metavar="TYPES,SCHEMA.TABLE[,LIMIT[,POLICY]]",
+        help="e.g. 'I,shop.orders' or 'IUD,shop.*' (repeatable; filters are remembered by the relay)",
+    )
     parser.add_argument("--manual-ack", action="store_true", help="acknowledge after printing (at-least-once)")
     parser.add_argument("--batch", type=int, default=500, help="events per FETCH")
     parser.add_argument("--wait-ms", type=int, default=1000, help="long-poll wait per FETCH")
