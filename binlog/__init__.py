@@ -1,0 +1,97 @@
+"""A pure-Python MySQL/MariaDB replication client and binlog decoder.
+
+Usage::
+
+    from binlog import BinlogStream, SourceSettings, Position
+
+    stream = BinlogStream(SourceSettings(host="db", user="repl", password="..."), Position("binlog.000042", 4))
+    for trx in stream:                      # committed transactions; an empty one on each heartbeat/idle tick
+        for change in trx.changes:          # RowChange: schema, table, kind (1 insert, 2 update, 4 delete),
+            ...                             # columns, before, after, file, pos, row, timestamp, gtid, table_info
+        stream.confirm(trx.position)        # after storing: a reconnect resumes from here
+
+API
+---
+``Position(file, pos, gtid="")``
+    Where to resume: binlog file and the end position of the last event taken; ``gtid`` is the GTID state after it
+    (MariaDB "0-1-42,1-1-7", MySQL "uuid:1-42"). A position with an empty file and a gtid starts by GTID.
+``SourceSettings``
+    host, port, user, password, server_id (the replica id, default 0x52454C), heartbeat_seconds (5.0),
+    connect_timeout, read_timeout (default 3 heartbeats + 2 s), ssl (PyMySQL ``ssl`` dict), schema_connection
+    (other credentials for information_schema), use_gtid, reconnect delays.
+``BinlogStream(settings, start=None, *, schema_provider=None, blocking=True)``
+    ``start=None`` starts at the source's current position (SHOW MASTER STATUS, or SHOW BINARY LOG STATUS on MySQL
+    8.2+). Iterating yields ``Transaction`` objects: ``changes`` (list of ``RowChange``), ``position`` (resume point
+    after it), ``timestamp``, ``gtid``, ``statements`` (DDL texts in it), ``event_counts`` (events by type since the
+    previous yield). Lost connections are retried with exponential backoff from the last ``confirm()``-ed position
+    (the start position until the first confirm). ``blocking=False`` stops at the end of the source's binlog.
+    Statistics: ``source_position()``, ``lag_seconds``, ``reconnects``, ``last_error``.
+``read_binlog_files(paths, *, schema_provider=None)``
+    The same transactions from binlog files on disk.
+
+Values
+------
+Each image (``before``/``after``) is a tuple aligned with ``columns``: ``str`` in MySQL's text form for numbers,
+DECIMAL, dates and times (TIMESTAMP in UTC), text (decoded from its column charset), ENUM/SET labels, BIT (as an
+unsigned integer), JSON (compact text) and GEOMETRY (WKT); ``bytes`` for BINARY/VARBINARY/BLOB; ``None`` for SQL
+NULL; ``NOT_PRESENT`` for a column a MINIMAL/NOBLOB image left out. FLOAT and DOUBLE are the shortest text that
+reads back to the same value (FLOAT at single precision, so "1.2345679" where MariaDB's SELECT prints "1.23457").
+
+Column names come from the TABLE_MAP optional metadata (``binlog_row_metadata=FULL``), else from information_schema
+(refreshed when DDL passes or the column count disagrees), else ``@1``, ``@2``... with a logged warning. Without
+either metadata or schema, signedness is taken as signed and strings of unknown charset as UTF-8 (bytes if invalid).
+
+Errors
+------
+``BinlogError`` (base), ``ChecksumError`` (CRC32 mismatch; names file and position), ``PurgedPositionError`` (the
+start file is gone from the source: server error 1236), ``TruncatedEventError`` (an event shorter than its layout).
+A rows event for a table id no TABLE_MAP announced raises ``BinlogError``; unknown event types are skipped by size.
+"""
+
+from __future__ import annotations
+
+from binlog.changes import NOT_PRESENT, RowChange, Transaction
+from binlog.errors import (
+    BinlogError,
+    ChecksumError,
+    ConnectionLostError,
+    PurgedPositionError,
+    ServerError,
+    TruncatedEventError,
+)
+from binlog.files import read_binlog_files
+from binlog.parser import EventDecoder
+from binlog.position import Position
+from binlog.schema import InformationSchemaProvider, SchemaProvider
+from binlog.settings import SourceSettings
+from binlog.table import ColumnInfo, TableInfo
+
+__all__ = [
+    "NOT_PRESENT",
+    "BinlogError",
+    "BinlogStream",
+    "ChecksumError",
+    "ColumnInfo",
+    "ConnectionLostError",
+    "EventDecoder",
+    "InformationSchemaProvider",
+    "Position",
+    "PurgedPositionError",
+    "RowChange",
+    "SchemaProvider",
+    "ServerError",
+    "SourceSettings",
+    "TableInfo",
+    "Transaction",
+    "TruncatedEventError",
+    "read_binlog_files",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The stream pulls in PyMySQL; decoding files does not need it.
+    if name == "BinlogStream":
+        from binlog.stream import BinlogStream
+
+        return BinlogStream
+    raise AttributeError(name)

@@ -1,0 +1,124 @@
+"""What the stream yields: row changes grouped into committed transactions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_UPDATE
+
+if TYPE_CHECKING:
+    from binlog.position import Position
+    from binlog.table import TableInfo
+
+
+class _NotPresent:
+    """The value of a column that a MINIMAL or NOBLOB row image left out (distinct from SQL NULL)."""
+
+    __slots__ = ()
+    _instance: _NotPresent | None = None
+
+    def __new__(cls) -> _NotPresent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NOT_PRESENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "NOT_PRESENT"  # pickles (e.g. into Spark tasks) as the module-level singleton
+
+
+NOT_PRESENT = _NotPresent()
+
+KIND_NAMES = {KIND_INSERT: "insert", KIND_UPDATE: "update", KIND_DELETE: "delete"}
+
+
+class RowChange:
+    """One row of a rows event. Built in the hot path, so a plain slotted class with positional construction."""
+
+    __slots__ = (
+        "after",
+        "before",
+        "columns",
+        "file",
+        "gtid",
+        "kind",
+        "pos",
+        "row",
+        "schema",
+        "table",
+        "table_info",
+        "timestamp",
+    )
+
+    def __init__(
+        self,
+        schema: str,
+        table: str,
+        kind: int,
+        columns: tuple[str, ...],
+        before: tuple | None,
+        after: tuple | None,
+        file: str,
+        pos: int,
+        row: int,
+        timestamp: int,
+        gtid: str,
+        table_info: TableInfo,
+    ) -> None:
+        self.schema = schema
+        self.table = table
+        self.kind = kind
+        self.columns = columns
+        self.before = before
+        self.after = after
+        self.file = file
+        self.pos = pos
+        self.row = row
+        self.timestamp = timestamp
+        self.gtid = gtid
+        self.table_info = table_info
+
+    @property
+    def kind_name(self) -> str:
+        return KIND_NAMES.get(self.kind, str(self.kind))
+
+    def as_dict(self, values: str = "before") -> dict[str, object]:
+        """The before (or after) image as a column → value dict."""
+        image = self.before if values == "before" else self.after
+        return dict(zip(self.columns, image, strict=True)) if image is not None else {}
+
+    def __repr__(self) -> str:
+        return (
+            f"RowChange({self.kind_name} {self.schema}.{self.table} {self.file}:{self.pos}#{self.row} "
+            f"before={self.before!r} after={self.after!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RowChange):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__ if name != "table_info")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(slots=True)
+class Transaction:
+    """A committed transaction (or, with ``changes == []``, a heartbeat/idle tick that only moves the position)."""
+
+    changes: list[RowChange]
+    position: Position
+    timestamp: int = 0
+    gtid: str = ""
+    statements: tuple[str, ...] = ()
+    event_counts: dict[int, int] = field(default_factory=dict)
+    schemas: tuple[str, ...] = ()  # the default database of each statement in ``statements``
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return not self.changes and not self.statements and not self.gtid

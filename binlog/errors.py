@@ -1,0 +1,44 @@
+"""The exceptions the binlog client raises."""
+
+from __future__ import annotations
+
+
+class BinlogError(Exception):
+    """Anything wrong with the binlog or the replication connection that the caller must see."""
+
+
+class ChecksumError(BinlogError):
+    """An event's CRC32 does not match its bytes: the stream stops, nothing after it is decoded."""
+
+    def __init__(self, file: str, pos: int, expected: int, actual: int) -> None:
+        super().__init__(
+            f"binlog checksum mismatch in {file or '?'} at position {pos}: "
+            f"event says {expected:#010x}, bytes give {actual:#010x}"
+        )
+        self.file = file
+        self.pos = pos
+
+
+class TruncatedEventError(BinlogError):
+    """An event (or a value inside it) is shorter than its own header or layout says."""
+
+
+class PurgedPositionError(BinlogError):
+    """The source no longer has (or never had) the binlog file or GTID the stream was asked to start from."""
+
+    def __init__(self, file: str, message: str) -> None:
+        super().__init__(f"cannot replicate from binlog {file or '(gtid start)'}: {message}")
+        self.file = file
+
+
+class ConnectionLostError(BinlogError):
+    """The replication connection broke (closed, reset, timed out): the stream reconnects after it."""
+
+
+class ServerError(BinlogError):
+    """The source answered the replication request with an error packet."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"source error {code}: {message}")
+        self.code = code
+        self.server_message = message

@@ -1,0 +1,504 @@
+"""The event decoder: binlog events in, committed transactions out.
+
+``EventDecoder.feed()`` takes one whole event (common header, body, checksum) at a time, verifies its checksum, keeps
+the state the format needs (format description, table maps, the open transaction, the GTID state, the current file
+and position) and returns a ``Transaction`` when a commit completes one, an empty one for a heartbeat between
+transactions, and None otherwise. The live stream and the file reader share it, so both decode identically.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import zlib
+from collections import defaultdict
+
+from binlog.changes import RowChange, Transaction
+from binlog.constants import (
+    ANONYMOUS_GTID_LOG_EVENT,
+    BINLOG_CHECKSUM_ALG_CRC32,
+    BINLOG_CHECKSUM_ALG_OFF,
+    BINLOG_CHECKSUM_LEN,
+    COMPRESSED_ROWS_EVENTS,
+    DELETE_ROWS_EVENTS,
+    FL_STANDALONE,
+    FORMAT_DESCRIPTION_EVENT,
+    GTID_EVENT,
+    GTID_LIST_EVENT,
+    GTID_LOG_EVENT,
+    HEARTBEAT_LOG_EVENT,
+    HEARTBEAT_LOG_EVENT_V2,
+    KIND_DELETE,
+    KIND_INSERT,
+    KIND_UPDATE,
+    LOG_EVENT_ARTIFICIAL_F,
+    LOG_EVENT_BINLOG_IN_USE_F,
+    LOG_EVENT_HEADER_LEN,
+    PARTIAL_UPDATE_ROWS_EVENT,
+    PREVIOUS_GTIDS_LOG_EVENT,
+    QUERY_COMPRESSED_EVENT,
+    QUERY_EVENT,
+    ROTATE_EVENT,
+    ROWS_EVENTS,
+    ROWS_EVENTS_V2,
+    START_ENCRYPTION_EVENT,
+    TABLE_MAP_EVENT,
+    TRANSACTION_PAYLOAD_EVENT,
+    UPDATE_ROWS_EVENTS,
+    XA_PREPARE_LOG_EVENT,
+    XID_EVENT,
+)
+from binlog.errors import BinlogError, ChecksumError, TruncatedEventError
+from binlog.events import (
+    HEADER,
+    FormatDescription,
+    parse_format_description,
+    parse_gtid_list,
+    parse_heartbeat_v2,
+    parse_mariadb_gtid,
+    parse_mysql_gtid,
+    parse_query,
+    parse_rotate,
+    parse_xid,
+)
+from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
+from binlog.position import Position
+from binlog.reader import lenenc_int
+from binlog.rowdecoder import RowDecoder, build_row_decoder
+from binlog.schema import SchemaProvider, TableResolver
+from binlog.table import TableInfo
+from binlog.tablemap import TableMap, parse_table_map
+
+log = logging.getLogger("binlog.parser")
+
+_CRC = struct.Struct("<I")
+
+# Post-header lengths of a binlog v4 FORMAT_DESCRIPTION, used until the source's own arrives (the fake ROTATE that
+# opens a dump comes before it).
+_DEFAULT_FDE = FormatDescription(
+    binlog_version=4,
+    server_version="5.7.0",
+    create_timestamp=0,
+    header_length=LOG_EVENT_HEADER_LEN,
+    post_header_lengths=bytes(
+        [56, 13, 0, 8, 0, 18, 0, 4, 4, 4, 18, 1, 0, 0, 0, 0, 8, 8, 4, 0, 0, 0, 8, 8, 8, 8, 0, 0, 10, 10, 10, 42, 42, 0]
+    ),
+    checksum_alg=BINLOG_CHECKSUM_ALG_OFF,
+)
+
+_DDL_PREFIXES = ("CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "IMPORT", "REPAIR", "OPTIMIZE")
+
+
+def _statement_keyword(query: str) -> str:
+    """The first keyword of a statement, upper-cased, past leading comments and whitespace."""
+    text = query.lstrip()
+    while text.startswith("/*") or text.startswith("#") or text.startswith("--"):
+        if text.startswith("/*"):
+            end = text.find("*/")
+            if end < 0:
+                return ""
+            if text.startswith("/*!") or text.startswith("/*M!"):
+                # Versioned comments are executed: their content is the statement.
+                inner = text[2:end].lstrip("!M0123456789 ")
+                return inner.split(None, 1)[0].upper() if inner.strip() else ""
+            text = text[end + 2 :].lstrip()
+        else:
+            newline = text.find("\n")
+            if newline < 0:
+                return ""
+            text = text[newline + 1 :].lstrip()
+    return text[:16].split(None, 1)[0].upper() if text else ""
+
+
+class _TableEntry:
+    """A TABLE_MAP with its resolved TableInfo and the row decoders built for it, by present-columns bitmap."""
+
+    __slots__ = ("decoders", "info", "map")
+
+    def __init__(self, table_map: TableMap, info: TableInfo) -> None:
+        self.map = table_map
+        self.info = info
+        self.decoders: dict[int, RowDecoder] = {}
+
+    def decoder(self, present: int) -> RowDecoder:
+        decoder = self.decoders.get(present)
+        if decoder is None:
+            decoder = self.decoders[present] = build_row_decoder(self.info.columns, present)
+        return decoder
+
+
+class EventDecoder:
+    """Stateful decoder of one stream of events (one source, consecutive files)."""
+
+    def __init__(
+        self,
+        schema_provider: SchemaProvider | None = None,
+        *,
+        file: str = "",
+        pos: int = 4,
+        gtid: str = "",
+        checksum_alg: int | None = None,
+        verify_checksum: bool = True,
+    ) -> None:
+        self.provider = schema_provider
+        self.resolver = TableResolver(schema_provider)
+        self.file = file
+        self.pos = pos
+        self.fde = _DEFAULT_FDE
+        self.checksum_alg = BINLOG_CHECKSUM_ALG_OFF if checksum_alg is None else checksum_alg
+        self.verify_checksum = verify_checksum
+        self.tables: dict[int, _TableEntry] = {}
+        self._map_cache: dict[bytes, _TableEntry] = {}
+        self.mysql_gtids = MysqlGtidSet(gtid) if is_mysql_gtid_text(gtid) else MysqlGtidSet()
+        self.maria_gtids = MariaGtidState(gtid) if gtid and not is_mysql_gtid_text(gtid) else MariaGtidState()
+        self._flavor = "mysql" if is_mysql_gtid_text(gtid) else ("mariadb" if gtid else "")
+        self._start_gtid = gtid
+        self.last_timestamp = 0
+        self.events = 0
+        self._reset_transaction()
+        self.counts: defaultdict[int, int] = defaultdict(int)
+
+    # -- transaction state ----------------------------------------------------------------------------------------
+
+    def _reset_transaction(self) -> None:
+        self.in_transaction = False
+        self.changes: list[RowChange] = []
+        self.statements: list[str] = []
+        self.statement_schemas: list[str] = []
+        self.trx_gtid = ""
+        self.trx_timestamp = 0
+        self._pending_maria: tuple[int, int, int] | None = None
+        self._pending_mysql: tuple[str, int] | None = None
+
+    def gtid_text(self) -> str:
+        if self._flavor == "mariadb":
+            return str(self.maria_gtids)
+        if self._flavor == "mysql":
+            return str(self.mysql_gtids)
+        return self._start_gtid
+
+    def position(self) -> Position:
+        return Position(self.file, self.pos, self.gtid_text())
+
+    def _commit(self, timestamp: int) -> Transaction:
+        if self._pending_maria is not None:
+            self.maria_gtids.update(*self._pending_maria)
+        if self._pending_mysql is not None:
+            self.mysql_gtids.add(*self._pending_mysql)
+        trx = Transaction(
+            self.changes,
+            Position(self.file, self.pos, self.gtid_text()),
+            self.trx_timestamp or timestamp,
+            self.trx_gtid,
+            tuple(self.statements),
+            dict(self.counts),
+            tuple(self.statement_schemas),
+        )
+        self.counts.clear()
+        self._reset_transaction()
+        return trx
+
+    def _tick(self, file: str, pos: int) -> Transaction | None:
+        """An empty Transaction that only moves the position (heartbeat), unless a transaction is open."""
+        if self.in_transaction or self.changes:
+            return None
+        if file and file != self.file:
+            self.file, self.pos = file, max(pos, 4)
+        elif pos > self.pos:
+            self.pos = pos
+        trx = Transaction([], self.position(), self.last_timestamp, "", (), dict(self.counts))
+        self.counts.clear()
+        return trx
+
+    # -- events ---------------------------------------------------------------------------------------------------
+
+    def feed(self, event: bytes) -> Transaction | None:
+        """Decode one whole event; returns the transaction it completes, if any."""
+        size_available = len(event)
+        if size_available < LOG_EVENT_HEADER_LEN:
+            raise TruncatedEventError(
+                f"event of {size_available} bytes is shorter than the event header ({self.file} after {self.pos})"
+            )
+        timestamp, event_type, server_id, size, log_pos, flags = HEADER.unpack_from(event, 0)
+        if size != size_available:
+            raise TruncatedEventError(
+                f"event at {self.file}:{log_pos - size if log_pos else self.pos} says {size} bytes but "
+                f"{size_available} arrived"
+            )
+        self.events += 1
+        self.counts[event_type] += 1
+        if event_type == FORMAT_DESCRIPTION_EVENT:
+            fde = parse_format_description(event)
+            has_crc = fde.checksum_alg == BINLOG_CHECKSUM_ALG_CRC32
+        else:
+            fde = None
+            has_crc = self.checksum_alg == BINLOG_CHECKSUM_ALG_CRC32
+        end = size
+        if has_crc:
+            end -= BINLOG_CHECKSUM_LEN
+            if end < LOG_EVENT_HEADER_LEN:
+                raise TruncatedEventError(f"event at {self.file}:{self.pos} too short for its checksum")
+            if self.verify_checksum:
+                expected = _CRC.unpack_from(event, end)[0]
+                if event_type == FORMAT_DESCRIPTION_EVENT and flags & LOG_EVENT_BINLOG_IN_USE_F:
+                    # The source clears "in use" in place when it closes the file, after computing the checksum.
+                    actual = zlib.crc32(event[18:end], zlib.crc32(event[:17] + bytes([flags & 0xFE])))
+                else:
+                    actual = zlib.crc32(memoryview(event)[:end])
+                if expected != actual:
+                    raise ChecksumError(self.file, log_pos - size if log_pos >= size else self.pos, expected, actual)
+        if timestamp:
+            self.last_timestamp = timestamp
+        artificial = log_pos == 0 or flags & LOG_EVENT_ARTIFICIAL_F
+
+        if event_type in ROWS_EVENTS:
+            if log_pos > self.pos:
+                self.pos = log_pos
+            self._rows(event, event_type, end, timestamp, log_pos)
+            return None
+        if event_type == TABLE_MAP_EVENT:
+            self._table_map(event, end)
+        elif event_type in (QUERY_EVENT, QUERY_COMPRESSED_EVENT):
+            if log_pos > self.pos:
+                self.pos = log_pos
+            return self._query(event, event_type, end, timestamp)
+        elif event_type == XID_EVENT:
+            if log_pos > self.pos:
+                self.pos = log_pos
+            parse_xid(event[LOG_EVENT_HEADER_LEN:end])
+            return self._commit(timestamp)
+        elif event_type == GTID_EVENT:
+            seq, domain, flags2, _commit_id = parse_mariadb_gtid(event[LOG_EVENT_HEADER_LEN:end])
+            self._flavor = "mariadb"
+            self._start_open(timestamp)
+            self._pending_maria = (domain, server_id, seq)
+            self.trx_gtid = f"{domain}-{server_id}-{seq}"
+            # Without FL_STANDALONE the GTID event stands for BEGIN; with it, the next statement is the whole group.
+            self.in_transaction = not flags2 & FL_STANDALONE
+        elif event_type == GTID_LOG_EVENT:
+            sid, gno = parse_mysql_gtid(event[LOG_EVENT_HEADER_LEN:end])
+            self._flavor = "mysql"
+            self._start_open(timestamp)
+            self._pending_mysql = (sid, gno)
+            self.trx_gtid = f"{sid}:{gno}"
+        elif event_type == ANONYMOUS_GTID_LOG_EVENT:
+            self._start_open(timestamp)
+        elif event_type == ROTATE_EVENT:
+            position, name = parse_rotate(event[LOG_EVENT_HEADER_LEN:end], self.fde.post_header_len(ROTATE_EVENT))
+            if name != self.file:
+                self.tables.clear()
+            self.file, self.pos = name, position
+            return None
+        elif event_type == FORMAT_DESCRIPTION_EVENT:
+            assert fde is not None
+            self.fde = fde
+            self.checksum_alg = fde.checksum_alg
+            if fde.is_mariadb and not self._flavor:
+                self._flavor = "mariadb"
+            if not artificial and fde.create_timestamp:
+                # A file's first FDE (create_timestamp set) means the source (re)started the file: no table ids survive.
+                self.tables.clear()
+        elif event_type == GTID_LIST_EVENT:
+            self._flavor = "mariadb"
+            self.maria_gtids.replace(parse_gtid_list(event[LOG_EVENT_HEADER_LEN:end]))
+        elif event_type == PREVIOUS_GTIDS_LOG_EVENT:
+            self._flavor = "mysql"
+            self.mysql_gtids.union(MysqlGtidSet.decode(event[LOG_EVENT_HEADER_LEN:end]))
+        elif event_type == HEARTBEAT_LOG_EVENT:
+            name = bytes(event[LOG_EVENT_HEADER_LEN:end]).decode("utf-8", "replace")
+            return self._tick(name, log_pos)
+        elif event_type == HEARTBEAT_LOG_EVENT_V2:
+            name, position = parse_heartbeat_v2(event[LOG_EVENT_HEADER_LEN:end])
+            return self._tick(name, position or log_pos)
+        elif event_type == XA_PREPARE_LOG_EVENT:
+            if log_pos > self.pos:
+                self.pos = log_pos
+            return self._commit(timestamp)
+        elif event_type == TRANSACTION_PAYLOAD_EVENT:
+            raise BinlogError(
+                f"compressed transaction payload at {self.file}:{log_pos}: set binlog_transaction_compression=OFF "
+                "on the source (zstd payloads are not decoded)"
+            )
+        elif event_type == PARTIAL_UPDATE_ROWS_EVENT:
+            raise BinlogError(
+                f"partial JSON update at {self.file}:{log_pos}: set binlog_row_value_options='' on the source"
+            )
+        elif event_type == START_ENCRYPTION_EVENT:
+            raise BinlogError(f"{self.file} is encrypted (binlog encryption); read it through the server instead")
+        # Everything else (INTVAR, RAND, USER_VAR, ANNOTATE_ROWS, BINLOG_CHECKPOINT, ROWS_QUERY, STOP, unknown types)
+        # carries nothing the relay needs and is skipped by its size.
+        if not artificial and log_pos > self.pos:
+            self.pos = log_pos
+        return None
+
+    def _start_open(self, timestamp: int) -> None:
+        if self.changes or self.in_transaction:
+            # A transaction that never committed (the source crashed, or we joined mid-stream) is dropped: the binlog
+            # contains only committed transactions, so this cannot happen with a healthy source.
+            log.warning(
+                "transaction at %s:%d had no commit event; dropping %d changes", *self._where(), len(self.changes)
+            )
+            self._reset_transaction()
+        self.trx_timestamp = timestamp
+
+    def _where(self) -> tuple[str, int]:
+        return self.file, self.pos
+
+    def _query(self, event: bytes, event_type: int, end: int, timestamp: int) -> Transaction | None:
+        body = event[LOG_EVENT_HEADER_LEN:end]
+        schema, query = parse_query(body, self.fde.post_header_len(QUERY_EVENT))
+        if event_type == QUERY_COMPRESSED_EVENT:
+            query = _uncompress_block(query.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+        keyword = _statement_keyword(query)
+        if keyword == "BEGIN" or (keyword == "XA" and query.split()[1:2] in (["START"], ["BEGIN"])):
+            if not self.in_transaction:
+                self.trx_timestamp = self.trx_timestamp or timestamp
+            self.in_transaction = True
+            return None
+        if keyword == "COMMIT" or (keyword == "ROLLBACK" and "TO" not in query.upper().split()[1:3]):
+            # ROLLBACK is logged only when non-transactional changes in it stayed: they are committed data.
+            return self._commit(timestamp)
+        if keyword in ("SAVEPOINT", "ROLLBACK", "RELEASE"):
+            return None
+        if keyword == "XA":
+            words = query.upper().split()
+            if len(words) > 1 and words[1] in ("COMMIT", "PREPARE", "ROLLBACK"):
+                return self._commit(timestamp)
+            return None
+        self.statements.append(query)
+        self.statement_schemas.append(schema)
+        if keyword in _DDL_PREFIXES:
+            self.schema_changed()
+        if not self.in_transaction:
+            self.trx_timestamp = self.trx_timestamp or timestamp
+            return self._commit(timestamp)
+        return None
+
+    def schema_changed(self) -> None:
+        """A DDL statement passed: forget cached table layouts and names so later events are read afresh."""
+        self._map_cache.clear()
+        if self.provider is not None:
+            self.provider.invalidate()
+
+    def _table_map(self, event: bytes, end: int) -> None:
+        body = bytes(event[LOG_EVENT_HEADER_LEN:end])
+        entry = self._map_cache.get(body)
+        if entry is None:
+            table_map = parse_table_map(body, self.fde.post_header_len(TABLE_MAP_EVENT))
+            entry = _TableEntry(table_map, self.resolver.resolve(table_map))
+            if len(self._map_cache) > 10000:
+                self._map_cache.clear()
+            self._map_cache[body] = entry
+        self.tables[entry.map.table_id] = entry
+
+    def _rows(self, event: bytes, event_type: int, end: int, timestamp: int, log_pos: int) -> None:
+        post_len = self.fde.post_header_len(event_type)
+        p = LOG_EVENT_HEADER_LEN
+        if post_len == 6:
+            table_id = int.from_bytes(event[p : p + 4], "little")
+        else:
+            table_id = int.from_bytes(event[p : p + 6], "little")
+        p += post_len
+        if event_type in ROWS_EVENTS_V2:
+            extra_len = int.from_bytes(event[p - 2 : p], "little")
+            p += extra_len - 2  # the length counts its own two bytes
+        entry = self.tables.get(table_id)
+        if entry is None:
+            raise BinlogError(
+                f"rows event at {self.file}:{log_pos} refers to table id {table_id}, which no TABLE_MAP announced"
+            )
+        ncols, p = lenenc_int(event, p)
+        info = entry.info
+        if ncols != len(info.columns):
+            raise BinlogError(
+                f"rows event at {self.file}:{log_pos} has {ncols} columns, its TABLE_MAP "
+                f"({info.schema}.{info.table}) {len(info.columns)}"
+            )
+        bitmap_len = (ncols + 7) >> 3
+        present = int.from_bytes(event[p : p + bitmap_len], "little")
+        p += bitmap_len
+        update = event_type in UPDATE_ROWS_EVENTS
+        if update:
+            present_after = int.from_bytes(event[p : p + bitmap_len], "little")
+            p += bitmap_len
+        if p > end:
+            raise TruncatedEventError(f"rows event at {self.file}:{log_pos} ends inside its header")
+        if event_type in COMPRESSED_ROWS_EVENTS:
+            event = _uncompress_block(event[p:end])
+            p, end = 0, len(event)
+        elif not isinstance(event, bytes):
+            event = bytes(event)
+        decode = entry.decoder(present)
+        changes = self.changes
+        if not self.in_transaction and not changes:
+            self.trx_timestamp = self.trx_timestamp or timestamp
+        self.in_transaction = True
+        schema, table, names, gtid, file = info.schema, info.table, info.names, self.trx_gtid, self.file
+        row = len(changes)
+        first = row
+        try:
+            if update:
+                decode_after = entry.decoder(present_after)
+                while p < end:
+                    before, p = decode(event, p)
+                    after, p = decode_after(event, p)
+                    changes.append(
+                        RowChange(
+                            schema,
+                            table,
+                            KIND_UPDATE,
+                            names,
+                            before,
+                            after,
+                            file,
+                            log_pos,
+                            row - first,
+                            timestamp,
+                            gtid,
+                            info,
+                        )
+                    )
+                    row += 1
+            else:
+                kind = KIND_DELETE if event_type in DELETE_ROWS_EVENTS else KIND_INSERT
+                deleting = kind == KIND_DELETE
+                while p < end:
+                    values, p = decode(event, p)
+                    changes.append(
+                        RowChange(
+                            schema,
+                            table,
+                            kind,
+                            names,
+                            values if deleting else None,
+                            None if deleting else values,
+                            file,
+                            log_pos,
+                            row - first,
+                            timestamp,
+                            gtid,
+                            info,
+                        )
+                    )
+                    row += 1
+        except (IndexError, struct.error, ValueError, zlib.error) as exc:
+            del changes[first:]
+            raise TruncatedEventError(
+                f"rows event at {self.file}:{log_pos} ({schema}.{table}, row {row - first}) is malformed: {exc}"
+            ) from exc
+        if p != end:
+            del changes[first:]
+            raise TruncatedEventError(
+                f"rows event at {self.file}:{log_pos} ({schema}.{table}): last row runs {p - end} bytes past the event"
+            )
+
+
+def _uncompress_block(data: bytes) -> bytes:
+    """MariaDB's compressed event payload: header byte 0x80|alg<<4|width, big-endian length, zlib stream."""
+    if not data or not data[0] & 0x80:
+        raise BinlogError("compressed event payload has no compression header")
+    width = data[0] & 0x07
+    try:
+        return zlib.decompress(bytes(data[1 + width :]))
+    except zlib.error as exc:
+        raise BinlogError(f"compressed event payload does not decompress: {exc}") from exc

@@ -1,0 +1,243 @@
+"""Column names and types that the binlog itself may lack, from information_schema, and TableInfo resolution.
+
+Sources without ``binlog_row_metadata=FULL`` write no column names, ENUM/SET labels or (before MINIMAL) signedness
+into TABLE_MAP events. ``InformationSchemaProvider`` reads them from the source with a cache that the stream
+invalidates whenever a DDL statement passes and whenever a TABLE_MAP's column count disagrees with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from binlog.constants import (
+    MYSQL_TYPE_ENUM,
+    MYSQL_TYPE_GEOMETRY,
+    MYSQL_TYPE_JSON,
+    MYSQL_TYPE_SET,
+)
+from binlog.table import BLOB_TYPES, NUMERIC_TYPES, STRING_TYPES, ColumnInfo, TableInfo, derived_type_name
+from binlog.table import parse_enum_labels as _labels
+from binlog.tablemap import TableMap
+
+log = logging.getLogger("binlog.schema")
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaColumn:
+    """One column as information_schema.COLUMNS describes it."""
+
+    name: str
+    data_type: str  # "int", "varchar", "enum", "json"...
+    column_type: str  # "int(10) unsigned", "enum('a','b')"...
+    charset: str | None  # CHARACTER_SET_NAME; None for non-text columns (and binary strings)
+    nullable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaTable:
+    columns: tuple[SchemaColumn, ...]
+    primary_key: tuple[str, ...] = ()
+
+
+class SchemaProvider(Protocol):
+    """Where names and types come from when the binlog lacks them."""
+
+    def table(self, schema: str, table: str) -> SchemaTable | None: ...
+
+    def invalidate(self, schema: str | None = None, table: str | None = None) -> None: ...
+
+
+class InformationSchemaProvider:
+    """Reads ``information_schema`` over its own PyMySQL connection (opened lazily, reopened after errors)."""
+
+    def __init__(self, connect_args: dict[str, Any]) -> None:
+        self.connect_args = dict(connect_args)
+        self.connect_args.pop("database", None)
+        self._cache: dict[tuple[str, str], SchemaTable | None] = {}
+        self._conn: Any = None
+        self._lock = threading.Lock()
+        self.queries = 0  # look-ups made (for tests and statistics)
+
+    def _query(self, sql: str, *params: Any) -> list[tuple]:
+        import pymysql
+
+        for attempt in (1, 2):
+            try:
+                if self._conn is None:
+                    self._conn = pymysql.connect(**self.connect_args)
+                with self._conn.cursor() as cur:
+                    cur.execute(sql, params)
+                    return list(cur.fetchall())
+            except pymysql.err.OperationalError:
+                self.close()
+                if attempt == 2:
+                    raise
+        return []
+
+    def table(self, schema: str, table: str) -> SchemaTable | None:
+        key = (schema, table)
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+            self.queries += 1
+            rows = self._query(
+                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, IS_NULLABLE "
+                "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+                "ORDER BY ORDINAL_POSITION",
+                schema,
+                table,
+            )
+            if not rows:
+                self._cache[key] = None
+                return None
+            pk = self._query(
+                "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+                "AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+                schema,
+                table,
+            )
+            result = SchemaTable(
+                tuple(
+                    SchemaColumn(
+                        name=_text(r[0]),
+                        data_type=_text(r[1]).lower(),
+                        column_type=_text(r[2]),
+                        charset=_text(r[3]) if r[3] is not None else None,
+                        nullable=_text(r[4]) == "YES",
+                    )
+                    for r in rows
+                ),
+                tuple(_text(r[0]) for r in pk),
+            )
+            self._cache[key] = result
+            return result
+
+    def invalidate(self, schema: str | None = None, table: str | None = None) -> None:
+        with self._lock:
+            if schema is None:
+                self._cache.clear()
+            elif table is None:
+                for key in [k for k in self._cache if k[0] == schema]:
+                    del self._cache[key]
+            else:
+                self._cache.pop((schema, table), None)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection may fail in any way
+                self._conn.close()
+            self._conn = None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
+
+
+_TEXT_DATA_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"})
+
+
+def _schema_charset(column: SchemaColumn) -> str:
+    # information_schema gives no charset for binary strings (BINARY, VARBINARY, BLOB): they are "binary".
+    if column.charset:
+        return column.charset
+    return "utf8mb4" if column.data_type in _TEXT_DATA_TYPES else "binary"
+
+
+class TableResolver:
+    """Turns TABLE_MAP events into TableInfo, asking the provider for what the optional metadata lacks."""
+
+    def __init__(self, provider: SchemaProvider | None) -> None:
+        self.provider = provider
+        self._warned: set[tuple[str, str, int]] = set()
+
+    def _schema_table(self, tm: TableMap) -> SchemaTable | None:
+        if self.provider is None:
+            return None
+        found = self.provider.table(tm.schema, tm.table)
+        if found is None or len(found.columns) != len(tm.types):
+            # Cached before a DDL we have not seen (or never looked up): look again once.
+            self.provider.invalidate(tm.schema, tm.table)
+            found = self.provider.table(tm.schema, tm.table)
+        if found is not None and len(found.columns) != len(tm.types):
+            found = None
+        return found
+
+    def resolve(self, tm: TableMap) -> TableInfo:
+        count = len(tm.types)
+        opt = tm.optional
+        names = opt.names if opt is not None and opt.names and len(opt.names) == count else None
+        unsigned = opt.unsigned if opt is not None else None
+        charsets = opt.charsets if opt is not None else None
+        enum_values = opt.enum_values if opt is not None else {}
+        set_values = opt.set_values if opt is not None else {}
+        needs_schema = (
+            names is None
+            or (unsigned is None and any(t in NUMERIC_TYPES for t in tm.types))
+            or (charsets is None and any(t in STRING_TYPES or t in BLOB_TYPES for t in tm.types))
+            or any(t == MYSQL_TYPE_ENUM and i not in enum_values for i, t in enumerate(tm.types))
+            or any(t == MYSQL_TYPE_SET and i not in set_values for i, t in enumerate(tm.types))
+        )
+        st = self._schema_table(tm) if needs_schema else None
+        if names is None and st is None:
+            key = (tm.schema, tm.table, count)
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning(
+                    "no column names for %s.%s (%d columns): the source writes no row metadata and the schema "
+                    "look-up found no table of that shape; using @1, @2...",
+                    tm.schema,
+                    tm.table,
+                    count,
+                )
+        columns = []
+        for i, (t, meta) in enumerate(zip(tm.types, tm.metas, strict=True)):
+            sc = st.columns[i] if st is not None else None
+            name = names[i] if names is not None else (sc.name if sc is not None else f"@{i + 1}")
+            if unsigned is not None:
+                is_unsigned = unsigned[i]
+            else:
+                is_unsigned = sc is not None and "unsigned" in sc.column_type.lower()
+            charset: str | None = None
+            if t in STRING_TYPES or t in BLOB_TYPES or t in (MYSQL_TYPE_ENUM, MYSQL_TYPE_SET):
+                if charsets is not None and charsets[i] is not None:
+                    charset = charsets[i]
+                elif sc is not None:
+                    charset = _schema_charset(sc)
+            enums = enum_values.get(i, ())
+            sets = set_values.get(i, ())
+            if sc is not None and t == MYSQL_TYPE_ENUM and not enums:
+                enums = _labels(sc.column_type)
+            if sc is not None and t == MYSQL_TYPE_SET and not sets:
+                sets = _labels(sc.column_type)
+            is_json = t == MYSQL_TYPE_JSON or (sc is not None and sc.data_type == "json")
+            type_name = sc.column_type.lower() if sc is not None else derived_type_name(t, meta, is_unsigned, charset)
+            columns.append(
+                ColumnInfo(
+                    name=name,
+                    type_code=t,
+                    type_name=type_name,
+                    unsigned=is_unsigned,
+                    charset=charset,
+                    nullable=tm.nullable[i],
+                    meta=meta,
+                    enum_values=enums,
+                    set_values=sets,
+                    is_json=is_json,
+                    is_geometry=t == MYSQL_TYPE_GEOMETRY,
+                )
+            )
+        if opt is not None and opt.primary_key is not None:
+            primary_key = tuple(columns[i].name for i in opt.primary_key if i < count)
+        else:
+            primary_key = st.primary_key if st is not None else ()
+        return TableInfo(
+            tm.schema,
+            tm.table,
+            tuple(columns),
+            primary_key,
+            names_known=names is not None or st is not None,
+        )
