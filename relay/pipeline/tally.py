@@ -1,0 +1,111 @@
+"""The partial counts of one input file, accumulated inside its Spark task before anything is shuffled.
+
+Decoding yields one Python object per row change; turning each into a Spark row would cost more than decoding it.
+So each task folds its file into a few small dictionaries (per hour and table, per day and column, per hour) and
+emits only those: the shuffle then moves thousands of partial sums instead of millions of rows.
+
+Times are unix seconds; hours and days are UTC-aligned buckets (``ts - ts % 3600``, ``ts - ts % 86400``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+HOUR = 3600
+DAY = 86400
+
+# Row change kinds (the relay protocol's bits) -> index in a usage counter list.
+KIND_INDEX = {1: 0, 2: 1, 4: 2}
+
+# Tags of the records a task emits (the first field of each tuple).
+USAGE = "usage"  # (tag, hour, schema, table, inserts, updates, deletes, transactions)
+COLUMN = "column"  # (tag, day, schema, table, column, changed, compared)
+HOURLY = "hourly"  # (tag, hour, transactions, row_changes)
+FILE = "file"  # (tag, source, path, rows, transactions, seconds, error)
+
+
+def hour_of(timestamp: int) -> int:
+    return timestamp - timestamp % HOUR
+
+
+def day_of(timestamp: int) -> int:
+    return timestamp - timestamp % DAY
+
+
+def changed_columns(
+    columns: Sequence[str], before: Sequence[Any], after: Sequence[Any], absent: Any
+) -> Iterator[tuple[str, bool]]:
+    """(column, changed) for each column present in both images of an UPDATE; ``absent`` marks a missing value.
+
+    A column left out of either image (MINIMAL/NOBLOB row images) says nothing about whether it changed, so it is
+    neither counted as changed nor as compared.
+    """
+    for name, old, new in zip(columns, before, after, strict=False):
+        if old is absent or new is absent:
+            continue
+        yield name, old != new
+
+
+class FileTally:
+    """Counts of one file: usage per (hour, schema, table), column changes per (day, schema, table, column)."""
+
+    __slots__ = ("columns", "hours", "path", "rows", "source", "transactions", "usage")
+
+    def __init__(self, source: str, path: str) -> None:
+        self.source = source
+        self.path = path
+        self.usage: dict[tuple[int, str, str], list[int]] = {}  # -> [inserts, updates, deletes, transactions]
+        self.columns: dict[tuple[int, str, str, str], list[int]] = {}  # -> [changed, compared]
+        self.hours: dict[int, list[int]] = {}  # -> [transactions, row changes]
+        self.rows = 0
+        self.transactions = 0
+
+    def add_row(self, schema: str, table: str, kind: int, timestamp: int) -> tuple[int, str, str]:
+        """Counts one row change; returns its (hour, schema, table) key for the transaction's set of tables."""
+        key = (timestamp - timestamp % HOUR, schema, table)
+        counts = self.usage.get(key)
+        if counts is None:
+            counts = self.usage[key] = [0, 0, 0, 0]
+        counts[KIND_INDEX[kind]] += 1
+        hour = self.hours.get(key[0])
+        if hour is None:
+            hour = self.hours[key[0]] = [0, 0]
+        hour[1] += 1
+        self.rows += 1
+        return key
+
+    def add_column_changes(self, schema: str, table: str, timestamp: int, changes: Iterable[tuple[str, bool]]) -> None:
+        day = timestamp - timestamp % DAY
+        columns = self.columns
+        for name, changed in changes:
+            key = (day, schema, table, name)
+            counts = columns.get(key)
+            if counts is None:
+                counts = columns[key] = [0, 0]
+            counts[1] += 1
+            if changed:
+                counts[0] += 1
+
+    def add_transaction(self, timestamp: int, touched: Iterable[tuple[int, str, str]]) -> None:
+        """One committed transaction: +1 for its hour, and +1 for each (hour, table) it changed rows of."""
+        hour_key = timestamp - timestamp % HOUR
+        hour = self.hours.get(hour_key)
+        if hour is None:
+            hour = self.hours[hour_key] = [0, 0]
+        hour[0] += 1
+        self.transactions += 1
+        for key in touched:
+            self.usage[key][3] += 1
+
+    def records(self, seconds: float, error: str | None = None) -> Iterator[tuple]:
+        """The task's output. A file that failed contributes its FILE record only: it is skipped as a whole."""
+        yield (FILE, self.source, self.path, self.rows, self.transactions, seconds, error)
+        if error is not None:
+            return
+        for (hour, schema, table), (ins, upd, dele, txs) in self.usage.items():
+            yield (USAGE, hour, schema, table, ins, upd, dele, txs)
+        for (day, schema, table, column), (changed, compared) in self.columns.items():
+            yield (COLUMN, day, schema, table, column, changed, compared)
+        for hour, (txs, rows) in self.hours.items():
+            yield (HOURLY, hour, txs, rows)
