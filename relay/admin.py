@@ -1,0 +1,442 @@
+"""The Django admin for every model of the store.
+
+Row changes, queue entries, statistics, checkpoints and the schema are written by the worker and the relay server
+only, so they are read-only here; a client is deleted, and its queue purged, through the store API, which knows that
+a queue is a seq range and that its entries must go with it. Filters can be edited: the worker notices and reloads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.paginator import Paginator
+from django.db import connection, transaction
+from django.db.models import F, Q, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.functional import cached_property
+
+from relay import store
+from relay.dashboard import client_status, event_type_name
+from relay.models import (
+    Change,
+    Checkpoint,
+    Client,
+    EventCount,
+    Filter,
+    QueueEntry,
+    QueueState,
+    SchemaColumn,
+    SchemaTable,
+    ServedEvent,
+    TableUsage,
+    UsageHistory,
+    UsageMinute,
+    WorkerStatus,
+    mask_letters,
+)
+
+admin.site.site_header = "Binlog relay administration"
+admin.site.site_title = "Binlog relay"
+admin.site.index_title = "Store"
+admin.site.site_url = "/"
+
+
+class EstimatedCountPaginator(Paginator):
+    """For tables of millions of rows (changes, queue entries, minute buckets): an unfiltered list takes PostgreSQL's
+    planner estimate instead of a COUNT(*) that reads the whole table on every page view."""
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if connection.vendor == "postgresql" and isinstance(queryset, QuerySet) and not queryset.query.where:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [queryset.model._meta.db_table],
+                )
+                row = cursor.fetchone()
+            if row and row[0] > 100_000:
+                return int(row[0])
+        return super().count
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Viewable, never edited here: the worker and the relay server own these rows."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# -- statistics reset ---------------------------------------------------------------------------------------------
+
+
+def reset_statistics(tables: list[tuple[str, str]] | None = None) -> dict[str, int]:
+    """Zeroes the counters: event counts, table usage and the minute buckets; of some tables only, if given.
+
+    Row updates and deletes, no table locks: the worker's next upsert simply starts again from zero.
+    """
+    with transaction.atomic():
+        usage = TableUsage.objects.all()
+        minutes = UsageMinute.objects.all()
+        events = 0
+        if tables is None:
+            events = EventCount.objects.update(count=0)
+        else:
+            wanted = Q(pk__in=[])
+            for schema, table in tables:
+                wanted |= Q(schema_name=schema, table_name=table)
+            usage = usage.filter(wanted)
+            minutes = minutes.filter(wanted)
+        tables_reset = usage.update(inserts=0, updates=0, deletes=0, start_inserts=0, start_updates=0, start_deletes=0)
+        buckets = minutes.delete()[0]
+    return {"event types": events, "tables": tables_reset, "minute buckets": buckets}
+
+
+def _report_reset(modeladmin: admin.ModelAdmin, request: HttpRequest, counts: dict[str, int]) -> None:
+    text = ", ".join(f"{value} {name}" for name, value in counts.items())
+    modeladmin.message_user(request, f"Statistics reset: {text}.", messages.SUCCESS)
+
+
+class ResetPermissionMixin:
+    def has_reset_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser or request.user.has_perm("relay.change_tableusage")
+
+
+# -- clients ------------------------------------------------------------------------------------------------------
+
+
+class FilterForm(forms.ModelForm):
+    class Meta:
+        model = Filter
+        fields = ("client", "event_mask", "schema_name", "table_name", "queue_limit", "discard_policy")
+
+    def clean_event_mask(self) -> int:
+        mask = self.cleaned_data["event_mask"]
+        if not 1 <= mask <= 7:
+            raise forms.ValidationError("a combination of 1 (insert), 2 (update) and 4 (delete): 1 to 7")
+        return mask
+
+
+class FilterInline(admin.TabularInline):
+    model = Filter
+    form = FilterForm
+    extra = 0
+    fields = ("event_mask", "schema_name", "table_name", "queue_limit", "discard_policy", "created")
+    readonly_fields = ("created",)
+
+
+class QueueStateInline(admin.StackedInline):
+    model = QueueState
+    can_delete = False
+    readonly_fields = ("last_seq", "discarded", "max_queue")
+    fields = readonly_fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Client)
+class ClientAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "name",
+        "status",
+        "remote_address",
+        "last_seen",
+        "queue_size",
+        "pending_acks",
+        "served",
+        "discarded",
+    )
+    list_display_links = ("id", "name")
+    list_filter = ("connected",)
+    search_fields = ("name", "remote_address")
+    ordering = ("id",)
+    readonly_fields = (
+        "name",
+        "token",
+        "created",
+        "last_seen",
+        "connected",
+        "session_started",
+        "remote_address",
+        "served",
+        "acked_seq",
+        "delivered_seq",
+    )
+    inlines = (FilterInline, QueueStateInline)
+    actions = ("purge_queues", "delete_with_queues")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Client]:
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("queue_state")
+            .annotate(
+                queue=F("queue_state__last_seq") - F("acked_seq"),
+                pending=F("delivered_seq") - F("acked_seq"),
+            )
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a client registers itself by name over the relay protocol
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        # Django's bulk delete would load every queue entry to list it; ours deletes them in SQL.
+        actions.pop("delete_selected", None)
+        return actions
+
+    @admin.display(description="status")
+    def status(self, obj: Client) -> str:
+        return client_status(obj.connected, obj.last_seen, timezone.now())
+
+    @admin.display(description="queue", ordering="queue")
+    def queue_size(self, obj: Client) -> int:
+        return max(0, obj.queue or 0)
+
+    @admin.display(description="pending acks", ordering="pending")
+    def pending_acks(self, obj: Client) -> int:
+        return max(0, obj.pending or 0)
+
+    @admin.display(description="discarded")
+    def discarded(self, obj: Client) -> int:
+        state = getattr(obj, "queue_state", None)
+        return state.discarded if state else 0
+
+    @admin.action(description="Purge the selected clients' queues", permissions=("change",))
+    def purge_queues(self, request: HttpRequest, queryset: QuerySet[Client]) -> None:
+        dropped = sum(store.purge_queue(client.id) for client in queryset)
+        self.message_user(request, f"Purged {queryset.count()} queue(s): {dropped} entries dropped.", messages.SUCCESS)
+
+    @admin.action(description="Delete the selected clients with their queues", permissions=("delete",))
+    def delete_with_queues(self, request: HttpRequest, queryset: QuerySet[Client]) -> None:
+        names = [client.name for client in queryset]
+        for client in queryset:
+            store.delete_client(client.id)
+        self.message_user(request, f"Deleted {len(names)} client(s) and their queues.", messages.SUCCESS)
+
+    def delete_model(self, request: HttpRequest, obj: Client) -> None:
+        store.delete_client(obj.id)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Client]) -> None:
+        for client in queryset:
+            store.delete_client(client.id)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[list[str], dict[str, int], set, list]:
+        """The confirmation page's summary, counted in SQL: the default would load and list every queue entry."""
+        clients = list(objs)
+        ids = [client.id for client in clients]
+        entries = QueueEntry.objects.filter(client_id__in=ids).count()
+        filters = Filter.objects.filter(client_id__in=ids).count()
+        served = ServedEvent.objects.filter(client_id__in=ids).count()
+        listed = [f"Client: {client}" for client in clients]
+        counts = {"clients": len(clients), "filters": filters, "queue entries": entries, "served events": served}
+        perms_needed = set() if self.has_delete_permission(request) else {"client"}
+        return listed, counts, perms_needed, []
+
+
+@admin.register(Filter)
+class FilterAdmin(admin.ModelAdmin):
+    form = FilterForm
+    list_display = ("id", "client", "schema_name", "table_name", "events", "queue_limit", "discard_policy", "created")
+    list_filter = ("discard_policy", "event_mask")
+    search_fields = ("client__name", "schema_name", "table_name")
+    list_select_related = ("client",)
+    autocomplete_fields = ("client",)
+
+    @admin.display(description="events", ordering="event_mask")
+    def events(self, obj: Filter) -> str:
+        return mask_letters(obj.event_mask)
+
+
+@admin.register(QueueState)
+class QueueStateAdmin(ReadOnlyAdmin):
+    list_display = ("client", "last_seq", "max_queue", "discarded")
+    search_fields = ("client__name",)
+    list_select_related = ("client",)
+
+
+# -- changes and queues -------------------------------------------------------------------------------------------
+
+
+@admin.register(Change)
+class ChangeAdmin(ReadOnlyAdmin):
+    list_display = ("id", "kind", "schema_name", "table_name", "binlog_file", "binlog_pos", "row_index", "timestamp")
+    list_filter = ("kind",)
+    search_fields = ("=schema_name", "=table_name", "=binlog_file", "gtid")
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    ordering = ("-id",)
+
+
+@admin.register(QueueEntry)
+class QueueEntryAdmin(ReadOnlyAdmin):
+    list_display = ("id", "client_id", "seq", "change_id")
+    search_fields = ("=client__name",)
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    ordering = ("-id",)
+
+
+@admin.register(ServedEvent)
+class ServedEventAdmin(ReadOnlyAdmin):
+    list_display = ("served_at", "client", "seq", "kind", "schema_name", "table_name")
+    list_filter = ("kind",)
+    search_fields = ("client__name", "schema_name", "table_name")
+    list_select_related = ("client",)
+
+
+# -- worker -------------------------------------------------------------------------------------------------------
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ("source", "binlog_file", "binlog_pos", "gtid", "updated")
+    search_fields = ("source",)
+
+
+@admin.register(WorkerStatus)
+class WorkerStatusAdmin(ReadOnlyAdmin):
+    list_display = (
+        "source",
+        "state",
+        "hostname",
+        "pid",
+        "started",
+        "heartbeat",
+        "lag_seconds",
+        "rows",
+        "transactions",
+        "reconnects",
+        "last_error_at",
+    )
+    list_filter = ("state",)
+    search_fields = ("source", "hostname", "last_error")
+
+
+# -- statistics ---------------------------------------------------------------------------------------------------
+
+
+@admin.register(EventCount)
+class EventCountAdmin(ResetPermissionMixin, ReadOnlyAdmin):
+    list_display = ("source", "event_type_hex", "event_name", "count")
+    list_filter = ("source",)
+    search_fields = ("source",)
+    actions = ("reset_all_statistics",)
+
+    @admin.display(description="type", ordering="event_type")
+    def event_type_hex(self, obj: EventCount) -> str:
+        return f"0x{obj.event_type:02X}"
+
+    @admin.display(description="name")
+    def event_name(self, obj: EventCount) -> str:
+        return event_type_name(obj.event_type)
+
+    @admin.action(
+        description="Reset all statistics (event counts, table usage, minute buckets)", permissions=("reset",)
+    )
+    def reset_all_statistics(self, request: HttpRequest, queryset: QuerySet[EventCount]) -> None:
+        _report_reset(self, request, reset_statistics())
+
+
+@admin.register(TableUsage)
+class TableUsageAdmin(ResetPermissionMixin, ReadOnlyAdmin):
+    list_display = (
+        "schema_name",
+        "table_name",
+        "inserts",
+        "updates",
+        "deletes",
+        "start_inserts",
+        "start_updates",
+        "start_deletes",
+        "last_change",
+    )
+    list_filter = ("schema_name",)
+    search_fields = ("schema_name", "table_name")
+    actions = ("reset_selected", "reset_all_statistics")
+
+    @admin.action(description="Reset the selected tables' counters and minute buckets", permissions=("reset",))
+    def reset_selected(self, request: HttpRequest, queryset: QuerySet[TableUsage]) -> None:
+        tables = list(queryset.values_list("schema_name", "table_name"))
+        _report_reset(self, request, reset_statistics(tables))
+
+    @admin.action(
+        description="Reset all statistics (event counts, table usage, minute buckets)", permissions=("reset",)
+    )
+    def reset_all_statistics(self, request: HttpRequest, queryset: QuerySet[TableUsage]) -> None:
+        _report_reset(self, request, reset_statistics())
+
+
+@admin.register(UsageMinute)
+class UsageMinuteAdmin(ResetPermissionMixin, ReadOnlyAdmin):
+    list_display = ("minute", "schema_name", "table_name", "inserts", "updates", "deletes")
+    search_fields = ("=schema_name", "=table_name")
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    ordering = ("-minute",)
+    actions = ("reset_all_statistics",)
+
+    @admin.action(
+        description="Reset all statistics (event counts, table usage, minute buckets)", permissions=("reset",)
+    )
+    def reset_all_statistics(self, request: HttpRequest, queryset: QuerySet[UsageMinute]) -> None:
+        _report_reset(self, request, reset_statistics())
+
+
+@admin.register(UsageHistory)
+class UsageHistoryAdmin(ReadOnlyAdmin):
+    list_display = (
+        "period",
+        "start",
+        "schema_name",
+        "table_name",
+        "inserts",
+        "updates",
+        "deletes",
+        "transactions",
+        "run",
+    )
+    list_filter = ("period", "run")
+    search_fields = ("schema_name", "table_name", "run")
+    date_hierarchy = "start"
+
+
+# -- schema -------------------------------------------------------------------------------------------------------
+
+
+class SchemaColumnInline(admin.TabularInline):
+    model = SchemaColumn
+    extra = 0
+    can_delete = False
+    fields = ("ordinal", "name", "type_name", "type_code", "unsigned", "nullable", "charset")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(SchemaTable)
+class SchemaTableAdmin(ReadOnlyAdmin):
+    list_display = ("schema_name", "table_name", "primary_key", "first_seen", "last_seen")
+    list_filter = ("schema_name",)
+    search_fields = ("schema_name", "table_name")
+    inlines = (SchemaColumnInline,)
+
+
+@admin.register(SchemaColumn)
+class SchemaColumnAdmin(ReadOnlyAdmin):
+    list_display = ("table", "ordinal", "name", "type_name", "type_code", "unsigned", "nullable", "charset")
+    list_filter = ("type_name", "unsigned", "nullable")
+    search_fields = ("name", "table__schema_name", "table__table_name")
+    list_select_related = ("table",)

@@ -1,0 +1,194 @@
+"""/metrics in the Prometheus text exposition format (version 0.0.4).
+
+Open to a logged-in dashboard user, or to a scraper that sends ``Authorization: Bearer <RELAY_METRICS_TOKEN>`` when
+that environment variable is set. Anonymous requests get 401, a wrong token 403.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import os
+from collections.abc import Iterable
+
+from django.db.models import Sum
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from relay import dashboard
+from relay.models import TableUsage, WorkerStatus
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TOKEN_VARIABLE = "RELAY_METRICS_TOKEN"
+
+Labels = dict[str, str]
+Sample = tuple[Labels, float]
+
+
+def escape_label(value: str) -> str:
+    """A label value as the format requires: backslash, double quote and line feed escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 2**63:
+        return str(int(value))
+    return repr(float(value))
+
+
+class Exposition:
+    """Builds the text: each metric family once, with its HELP and TYPE lines, then its samples."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            if labels:
+                text = ",".join(f'{key}="{escape_label(str(val))}"' for key, val in labels.items())
+                self.lines.append(f"{name}{{{text}}} {_number(value)}")
+            else:
+                self.lines.append(f"{name} {_number(value)}")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def render_metrics() -> str:
+    now = timezone.now()
+    out = Exposition()
+    sources = dashboard.source_overviews(now)
+    workers = [(s.source, s.worker, s) for s in sources if s.worker is not None]
+
+    out.family(
+        "relay_worker_up",
+        "gauge",
+        "1 when the source's binlog worker is connected and streaming.",
+        [({"source": name}, 1 if item.up else 0) for name, _, item in workers],
+    )
+    out.family(
+        "relay_worker_state",
+        "gauge",
+        "The worker's state: 1 for the current one.",
+        [
+            ({"source": name, "state": state}, 1 if worker.state == state else 0)
+            for name, worker, _ in workers
+            for state in WorkerStatus.State.values
+        ],
+    )
+    out.family(
+        "relay_lag_seconds",
+        "gauge",
+        "How far the worker is behind the source.",
+        [({"source": name}, worker.lag_seconds) for name, worker, _ in workers if worker.lag_seconds is not None],
+    )
+    out.family(
+        "relay_worker_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since the worker last reported.",
+        [({"source": name}, item.heartbeat_age) for name, _, item in workers if item.heartbeat_age is not None],
+    )
+    out.family(
+        "relay_reconnects_total",
+        "counter",
+        "Reconnections to the source.",
+        [({"source": name}, worker.reconnects) for name, worker, _ in workers],
+    )
+    out.family(
+        "relay_transactions_total",
+        "counter",
+        "Binlog transactions applied.",
+        [({"source": name}, worker.transactions) for name, worker, _ in workers],
+    )
+    out.family(
+        "relay_rows_received_total",
+        "counter",
+        "Row changes received from the source.",
+        [({"source": name}, worker.rows) for name, worker, _ in workers],
+    )
+    out.family(
+        "relay_binlog_position",
+        "gauge",
+        "The checkpoint's position in its binlog file.",
+        [
+            ({"source": s.source, "file": s.checkpoint.binlog_file}, s.checkpoint.binlog_pos)
+            for s in sources
+            if s.checkpoint is not None
+        ],
+    )
+    out.family(
+        "relay_events_total",
+        "counter",
+        "Binlog events received, by event type.",
+        [
+            ({"source": s.source, "type": event.name, "code": event.hex}, event.count)
+            for s in sources
+            for event in s.events
+        ],
+    )
+    totals = TableUsage.objects.aggregate(i=Sum("inserts"), u=Sum("updates"), d=Sum("deletes"))
+    out.family(
+        "relay_rows_total",
+        "counter",
+        "Rows changed in the source, by change type, over all tables.",
+        [
+            ({"type": "insert"}, totals["i"] or 0),
+            ({"type": "update"}, totals["u"] or 0),
+            ({"type": "delete"}, totals["d"] or 0),
+        ],
+    )
+
+    clients = dashboard.client_rows(now)
+    out.family("relay_clients", "gauge", "Clients ever registered.", [({}, len(clients))])
+    per_client = [({"client_id": str(c.id), "client": c.name}, c) for c in clients]
+    for name, kind, help_text, attribute in (
+        ("relay_client_connected", "gauge", "1 while the client has a session open.", None),
+        ("relay_queue_size", "gauge", "Entries in the client's queue.", "queue"),
+        ("relay_queue_max", "gauge", "Largest queue size seen.", "max_queue"),
+        ("relay_pending_acks", "gauge", "Entries delivered and not yet acknowledged.", "pending_acks"),
+        ("relay_served_total", "counter", "Events served to the client.", "served"),
+        ("relay_discarded_total", "counter", "Entries dropped by the client's discard policy.", "discarded"),
+    ):
+        out.family(
+            name,
+            kind,
+            help_text,
+            [
+                (labels, (1 if c.status == "CONNECTED" else 0) if attribute is None else getattr(c, attribute))
+                for labels, c in per_client
+            ],
+        )
+    return out.text()
+
+
+def _authorised(request: HttpRequest) -> int:
+    """200 if allowed, else the status to answer: 401 without credentials, 403 with wrong ones."""
+    if request.user.is_authenticated:
+        return 200
+    header = request.headers.get("Authorization", "")
+    if not header:
+        return 401
+    token = os.environ.get(TOKEN_VARIABLE, "")
+    scheme, _, given = header.partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+        return 200
+    return 403
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    status = _authorised(request)
+    if status != 200:
+        response = HttpResponse("authentication required\n" if status == 401 else "forbidden\n", status=status)
+        response["Content-Type"] = "text/plain; charset=utf-8"
+        if status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="relay"'
+        return response
+    return HttpResponse(render_metrics(), content_type=CONTENT_TYPE)

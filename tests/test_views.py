@@ -1,0 +1,308 @@
+"""The dashboard's pages: login, content, escaping of hostile names and values, and bad parameters."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+
+import pytest
+from django.test import Client as HttpClient
+from django.utils import timezone
+
+from relay import charts, dashboard, store, tableusage
+from relay.models import Client, ServedEvent, TableUsage, UsageMinute, WorkerStatus
+from tests.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE, fill_store, make_users
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["/", "/clients/", "/usage/", "/schema/"]
+
+
+@pytest.fixture
+def users():
+    return make_users()
+
+
+@pytest.fixture
+def filled(users):
+    return fill_store()
+
+
+@pytest.fixture
+def viewer(client: HttpClient, users) -> HttpClient:
+    assert client.login(username="viewer", password=PASSWORD)
+    return client
+
+
+def page(client: HttpClient, url: str) -> str:
+    response = client.get(url)
+    assert response.status_code == 200, response.content[:2000]
+    assert response["Content-Type"].startswith("text/html")
+    return response.content.decode()
+
+
+def assert_escaped(html: str) -> None:
+    """No hostile name reaches the page as markup; it is there, escaped."""
+    assert HOSTILE not in html
+    assert "<script>alert" not in html
+    assert HOSTILE_ESCAPED in html
+
+
+@pytest.mark.parametrize("url", [*PAGES, "/clients/1/"])
+def test_anonymous_users_are_sent_to_login(client: HttpClient, url: str) -> None:
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=")
+
+
+def test_login_page_and_login(client: HttpClient, filled) -> None:
+    html = page(client, "/accounts/login/?next=/usage/")
+    assert 'name="username"' in html and 'name="next" value="/usage/"' in html
+    response = client.post("/accounts/login/", {"username": "viewer", "password": PASSWORD, "next": "/usage/"})
+    assert response.status_code == 302 and response["Location"] == "/usage/"
+    bad = client.post("/accounts/login/", {"username": "viewer", "password": "wrong"})
+    assert bad.status_code == 200 and "did not match" in bad.content.decode()
+
+
+def test_logout_is_a_post(viewer: HttpClient, filled) -> None:
+    html = page(viewer, "/")
+    assert 'action="/accounts/logout/"' in html and 'method="post"' in html
+    assert viewer.post("/accounts/logout/").status_code in (200, 302)
+    assert viewer.get("/").status_code == 302
+
+
+def test_healthz_is_open(client: HttpClient) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_static_files_are_served(client: HttpClient) -> None:
+    css = client.get("/static/relay/relay.css")
+    assert css.status_code == 200
+    assert b"svg.chart" in b"".join(css.streaming_content)
+    assert client.get("/static/relay/relay.js").status_code == 200
+
+
+def test_overview(viewer: HttpClient, filled) -> None:
+    html = page(viewer, "/")
+    assert "00010020" in html  # the protocol version, as the original showed it
+    for name in ("QUERY_EVENT", "ROTATE_EVENT", "FORMAT_DESCRIPTION_EVENT", "XID_EVENT", "TABLE_MAP_EVENT"):
+        assert name in html
+    for name in ("WRITE_ROW_EVENT_V1", "UPDATE_ROW_EVENT_V1", "DELETE_ROW_EVENT_V1"):
+        assert name in html  # always listed, even at zero
+    assert "WRITE_ROWS_EVENT_V2" in html and "GTID_EVENT" in html and "ANNOTATE_ROWS_EVENT" in html
+    assert "binlog.000042" in html and "0-1-120" in html  # checkpoint file and GTID
+    assert "CONNECTED" in html and "1.5 s" in html and "relay-1" in html
+    assert html.count('class="chart line-chart"') == 2
+    assert "lost connection: " + HOSTILE_ESCAPED in html  # the last error, escaped
+    assert_escaped(html)
+
+
+def test_overview_without_a_worker(viewer: HttpClient) -> None:
+    html = page(viewer, "/")
+    assert "No worker has reported yet" in html
+    assert html.count('class="chart line-chart"') == 2  # empty charts are still drawn
+
+
+def test_overview_failed_worker(viewer: HttpClient, filled) -> None:
+    WorkerStatus.objects.update(state=WorkerStatus.State.FAILED)
+    html = page(viewer, "/")
+    assert "state-failed" in html and "FAILED" in html
+
+
+def test_clients_page_has_the_original_columns(viewer: HttpClient, filled) -> None:
+    html = page(viewer, "/clients/")
+    for column in ("ID", "Name", "Status", "Started", "Last seen", "Inactive", "Filters", "Queue", "Max queue"):
+        assert f">{column}" in html
+    for column in ("Served", "Discarded", "Pending acks", "Remote address", "History"):
+        assert f">{column}<" in html
+    assert "CONNECTED" in html and "DISCONNECTED" in html
+    assert "Served -1 : shop.orders" in html  # the history, in the original's layout
+    assert re.search(r"Served -10 : .*? : - \d+ ms", html)
+    assert "unlimited, no discard" in html and "50, unqueue oldest" in html and "10, ignore newest" in html
+    assert "10.0.0.1:50000" in html and "[::1]:6002" in html
+    assert_escaped(html)
+    assert "O&#x27;Brien &quot;quoted&quot; &amp; co" in html
+    assert UNICODE in html
+
+
+def test_clients_page_when_there_are_none(viewer: HttpClient) -> None:
+    assert "No client has connected yet" in page(viewer, "/clients/")
+
+
+def test_client_detail_decodes_the_queue_head(viewer: HttpClient, filled) -> None:
+    client_id = filled.client_ids[UNICODE]
+    html = page(viewer, f"/clients/{client_id}/?head=30")
+    assert "Head of the queue: the first 30 of 150 entries" in html
+    assert "delivered, waiting for an ACK" in html  # the manual-ack fetch of 5
+    assert 'class="chart line-chart"' in html
+    assert "0x00ff62696e" in html  # a BLOB column, as hex
+    assert 'class="value-null">NULL<' in html
+    assert_escaped(html)
+    assert UNICODE in html
+    # Insert rows show no "before" column, deletes no "after".
+    assert html.count("<th>Before</th>") < html.count("<th>Column</th>")
+
+
+def test_client_detail_head_zero_and_empty_queue(viewer: HttpClient, filled) -> None:
+    client_id = filled.client_ids[QUOTED]
+    html = page(viewer, f"/clients/{client_id}/?head=0")
+    assert "the first 0 of 10 entries" in html
+    store.purge_queue(client_id)
+    html = page(viewer, f"/clients/{client_id}/")
+    assert "The queue is empty." in html
+    assert 'class="chart line-chart"' in html  # an empty chart, still drawn
+
+
+@pytest.mark.parametrize("query", ["head=-1", "head=501", "head=abc", "head=1e3"])
+def test_client_detail_bad_parameters(viewer: HttpClient, filled, query: str) -> None:
+    client_id = filled.client_ids[HOSTILE]
+    response = viewer.get(f"/clients/{client_id}/?{query}")
+    assert response.status_code == 400
+    assert "head" in response.content.decode()
+
+
+def test_client_detail_unknown_client(viewer: HttpClient, filled) -> None:
+    assert viewer.get("/clients/999999/").status_code == 404
+
+
+def test_usage_page(viewer: HttpClient, filled) -> None:
+    html = page(viewer, "/usage/")
+    assert "shop.orders" in html
+    assert html.count('class="chart sparkline"') == TableUsage.objects.count() == 2
+    assert 'class="chart bar-chart"' in html
+    assert html.count('class="chart column-chart"') == 2  # the pipeline's hours and days
+    assert "run-" + HOSTILE_ESCAPED in html
+    assert_escaped(html)
+    assert "O&#x27;Brien &quot;quoted&quot; &amp; co" in html
+
+
+def test_usage_numbers_match_the_counters(viewer: HttpClient, filled) -> None:
+    orders = TableUsage.objects.get(schema_name="shop", table_name="orders")
+    response = viewer.get("/usage/?q=shop.orders")
+    row = re.search(r"<td class=\"mono\">shop\.orders</td>(.*?)</tr>", response.content.decode(), re.S).group(1)
+    numbers = [int(n) for n in re.findall(r'<td class="num">(\d+)</td>', row)]
+    assert numbers[:6] == [
+        orders.start_inserts,
+        orders.start_updates,
+        orders.start_deletes,
+        orders.inserts,
+        orders.updates,
+        orders.deletes,
+    ]
+    # Every change of the test data is within the last 24 h, so the rolling 24 h equals all time.
+    assert numbers[6:9] == [orders.inserts, orders.updates, orders.deletes]
+
+
+@pytest.mark.parametrize("sort", [key for name in tableusage.SORT_KEYS for key in (name, f"-{name}")])
+def test_usage_every_sort(viewer: HttpClient, filled, sort: str) -> None:
+    html = page(viewer, f"/usage/?sort={sort}")
+    assert "shop.orders" in html
+    assert 'class="chart bar-chart"' in html
+
+
+def test_usage_search_and_pagination(viewer: HttpClient, filled) -> None:
+    html = page(viewer, "/usage/?q=ORDERS")  # case-insensitive
+    assert "shop.orders" in html and "1 match<" in html
+    html = page(viewer, "/usage/?q=nothing-like-this")
+    assert "No table matches." in html
+    for index in range(30):
+        TableUsage.objects.create(schema_name="bulk", table_name=f"t{index:02}", inserts=index)
+    html = page(viewer, "/usage/?sort=-inserts&per_page=10&page=2")
+    listed = re.findall(r'<td class="mono">([^<]+)</td>\s*<td class="num">', html)
+    expected = TableUsage.objects.order_by("-inserts", "schema_name", "table_name")[10:20]
+    assert "page 2 of 4" in html and listed == [f"{t.schema_name}.{t.table_name}" for t in expected]
+    assert "page=3" in html and "per_page=10" in html and "sort=-inserts" in html  # links keep the parameters
+    html = page(viewer, "/usage/?per_page=10&page=99")  # past the end: the last page
+    assert "page 4 of 4" in html
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "sort=bogus",
+        "sort=--hour",
+        "page=0",
+        "page=-3",
+        "page=x",
+        "page=99999999999",
+        "per_page=5",
+        "per_page=1000",
+        "q=" + "x" * 201,
+        "q=a%00b",
+    ],
+)
+def test_usage_bad_parameters(viewer: HttpClient, filled, query: str) -> None:
+    response = viewer.get(f"/usage/?{query}")
+    assert response.status_code == 400
+    assert "Bad request" in response.content.decode()
+
+
+def test_usage_search_is_escaped_in_the_form(viewer: HttpClient, filled) -> None:
+    html = page(viewer, '/usage/?q="><script>x</script>')
+    assert "<script>x" not in html
+    assert "&quot;&gt;&lt;script&gt;x&lt;/script&gt;" in html
+
+
+def test_usage_rolling_windows_ignore_old_buckets(viewer: HttpClient) -> None:
+    now = int(time.time())
+    minute = now - now % 60
+    TableUsage.objects.create(schema_name="s", table_name="t", inserts=111)
+    UsageMinute.objects.create(schema_name="s", table_name="t", minute=minute, inserts=1)
+    UsageMinute.objects.create(schema_name="s", table_name="t", minute=minute - 2 * 3600, inserts=10)
+    UsageMinute.objects.create(schema_name="s", table_name="t", minute=minute - 25 * 3600, inserts=100)
+    result = tableusage.usage_page(now=now)
+    row = result.rows[0]
+    assert (row.hour.inserts, row.day.inserts, row.inserts) == (1, 11, 111)
+    assert sum(row.spark) == 11 and row.spark[-1] == 1
+
+
+def test_schema_page(viewer: HttpClient, filled) -> None:
+    html = page(viewer, "/schema/")
+    assert 'TABLE <span class="mono">shop.orders</span>' in html
+    assert "varchar(100)" in html and "0x03" in html and "int unsigned" in html
+    assert_escaped(html)
+    assert UNICODE in html
+    html = page(viewer, "/schema/?q=orders")
+    assert "1 table<" in html
+
+
+@pytest.mark.parametrize("query", ["page=0", "page=abc", "q=" + "y" * 300])
+def test_schema_bad_parameters(viewer: HttpClient, filled, query: str) -> None:
+    assert viewer.get(f"/schema/?{query}").status_code == 400
+
+
+def test_status_rules() -> None:
+    now = timezone.now()
+    assert dashboard.client_status(True, None, now) == "CONNECTED"
+    assert dashboard.client_status(False, now - timedelta(seconds=1), now) == "POLLING"
+    assert dashboard.client_status(False, now - timedelta(seconds=3), now) == "DISCONNECTED"
+    assert dashboard.client_status(False, None, now) == "DISCONNECTED"
+
+
+def test_history_delays(filled) -> None:
+    client = Client.objects.get(id=filled.client_ids[HOSTILE])
+    events = list(ServedEvent.objects.filter(client=client))
+    items = dashboard.history_items(events, events[0].served_at + timedelta(seconds=0.25))
+    assert items[0].delay_ms == 250
+    assert all(item.delay_ms >= 0 for item in items) and len(items) == 10
+
+
+def test_event_names() -> None:
+    assert dashboard.event_type_name(0x17) == "WRITE_ROW_EVENT_V1"
+    assert dashboard.event_type_name(0x1F) == "UPDATE_ROWS_EVENT_V2"
+    assert dashboard.event_type_name(0xA3) == "GTID_LIST_EVENT"
+    assert dashboard.event_type_name(0x99) == "Event #99"
+
+
+def test_chart_geometry() -> None:
+    chart = charts.line_chart([0, 5, 10], width=100, height=50, pad=0)
+    assert chart.points == "0.0,50.0 50.0,25.0 100.0,0.0"
+    assert chart.maximum == "10" and not chart.empty
+    assert charts.line_chart([], width=100).empty
+    assert charts.nice_ceiling(7) == 10 and charts.nice_ceiling(120) == 200 and charts.nice_ceiling(0.3) == 0.5
+    assert charts.short_number(1234) == "1.2k" and charts.short_number(5_000_000) == "5M"
+    bars = charts.stacked_bars([("a", (1, 1, 2)), ("b", (0, 0, 0))], width=400, label_width=100)
+    assert [len(bar.segments) for bar in bars.bars] == [3, 0]
+    assert bars.bars[0].end == pytest.approx(100 + 240)
