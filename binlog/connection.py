@@ -1,0 +1,268 @@
+"""The replication connection: PyMySQL for the handshake and queries, then the binlog dump protocol on its socket.
+
+PyMySQL does the handshake, so every authentication plugin it has (``mysql_native_password``,
+``caching_sha2_password`` with or without TLS, ``sha256_password``, ``ed25519``...) and TLS work unchanged. After
+COM_BINLOG_DUMP the server only sends packets, one event each (``00`` + event), an error (``ff``) or, for a
+non-blocking dump at the end of the binlog, EOF (``fe``); this module reads those itself from PyMySQL's buffered socket
+file, reassembling events larger than one 16 MiB packet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import struct
+from typing import Any
+
+import pymysql
+
+from binlog.constants import (
+    BINLOG_CHECKSUM_ALG_CRC32,
+    BINLOG_CHECKSUM_ALG_OFF,
+    BINLOG_DUMP_NON_BLOCK,
+    BINLOG_THROUGH_GTID,
+    COM_BINLOG_DUMP,
+    COM_BINLOG_DUMP_GTID,
+    COM_REGISTER_SLAVE,
+    ER_MASTER_FATAL_ERROR_READING_BINLOG,
+    MARIA_SLAVE_CAPABILITY_GTID,
+)
+from binlog.errors import BinlogError, ConnectionLostError, PurgedPositionError, ServerError
+from binlog.gtid import MysqlGtidSet
+from binlog.position import Position
+from binlog.settings import SourceSettings
+
+log = logging.getLogger("binlog.connection")
+
+MAX_PACKET_LEN = 0xFFFFFF
+_HEADER = struct.Struct("<HBB")
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("-", 1)[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def register_slave_payload(server_id: int, host: str, user: str, password: str, port: int) -> bytes:
+    """COM_REGISTER_SLAVE: server id, then 1-byte-length host, user, password, u16 port, u32 rank, u32 master id."""
+    h, u, p = (x.encode("utf-8")[:255] for x in (host, user, password))
+    return (
+        bytes([COM_REGISTER_SLAVE])
+        + struct.pack("<I", server_id)
+        + bytes([len(h)])
+        + h
+        + bytes([len(u)])
+        + u
+        + bytes([len(p)])
+        + p
+        + struct.pack("<HII", port & 0xFFFF, 0, 0)
+    )
+
+
+def binlog_dump_payload(file: str, pos: int, server_id: int, flags: int = 0) -> bytes:
+    """COM_BINLOG_DUMP: u32 position, u16 flags, u32 server id, file name (to the end of the packet)."""
+    return bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", pos & 0xFFFFFFFF, flags, server_id) + file.encode("utf-8")
+
+
+def binlog_dump_gtid_payload(gtid_set: str, server_id: int, file: str = "", pos: int = 4, flags: int = 0) -> bytes:
+    """COM_BINLOG_DUMP_GTID (MySQL): u16 flags, u32 server id, u32 name length, name, u64 position, then with
+    BINLOG_THROUGH_GTID a u32 length and the encoded GTID set."""
+    name = file.encode("utf-8")
+    data = MysqlGtidSet(gtid_set).encode() if gtid_set else b""
+    if data:
+        flags |= BINLOG_THROUGH_GTID
+    out = bytes([COM_BINLOG_DUMP_GTID]) + struct.pack("<HII", flags, server_id, len(name)) + name
+    out += struct.pack("<Q", pos)
+    if flags & BINLOG_THROUGH_GTID:
+        out += struct.pack("<I", len(data)) + data
+    return out
+
+
+class ReplicationConnection:
+    """One connection to the source, used for set-up queries and then for one binlog dump."""
+
+    def __init__(self, settings: SourceSettings) -> None:
+        self.settings = settings
+        self.conn: Any = None
+        self._rfile: Any = None
+        self.version = ""
+        self.is_mariadb = False
+        self.checksum_alg = BINLOG_CHECKSUM_ALG_OFF
+        self.dumping = False
+
+    # -- set-up ---------------------------------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        args = self.settings.connect_args()
+        args.setdefault("read_timeout", self.settings.effective_read_timeout)
+        try:
+            self.conn = pymysql.connect(**args)
+        except pymysql.err.OperationalError as exc:
+            raise ConnectionLostError(f"cannot connect to {self.settings.host}:{self.settings.port}: {exc}") from exc
+        self.version = self.conn.get_server_info() or ""
+        self.is_mariadb = "mariadb" in self.version.lower()
+
+    def query(self, sql: str, *params: Any) -> list[tuple]:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return list(cur.fetchall())
+
+    def master_status_statement(self) -> str:
+        if not self.is_mariadb and _version_tuple(self.version) >= (8, 2):
+            return "SHOW BINARY LOG STATUS"
+        return "SHOW MASTER STATUS"
+
+    def current_position(self) -> Position:
+        """The source's current end of binlog (and, where available, its GTID state there)."""
+        rows = self.query(self.master_status_statement())
+        if not rows:
+            raise BinlogError("the source has no binary log (log_bin is OFF, or the user lacks REPLICATION CLIENT)")
+        row = rows[0]
+        file, pos = _text(row[0]), int(row[1])
+        gtid = ""
+        if self.is_mariadb:
+            gtid = self.gtid_at(file, pos)
+        elif len(row) >= 5 and row[4]:
+            gtid = _text(row[4]).replace("\n", "")
+        return Position(file, pos, gtid)
+
+    def gtid_at(self, file: str, pos: int) -> str:
+        """MariaDB: the GTID state at a binlog coordinate (BINLOG_GTID_POS); "" when unknown."""
+        if not self.is_mariadb:
+            return ""
+        try:
+            rows = self.query("SELECT BINLOG_GTID_POS(%s, %s)", file, pos)
+        except pymysql.err.MySQLError:
+            return ""
+        return _text(rows[0][0]) if rows and rows[0][0] is not None else ""
+
+    def prepare(self, heartbeat_seconds: float) -> None:
+        """Session variables the dump thread reads: checksum, capability, heartbeat period."""
+        try:
+            rows = self.query("SELECT @@global.binlog_checksum")
+            algorithm = _text(rows[0][0]).upper() if rows and rows[0][0] is not None else "NONE"
+        except pymysql.err.MySQLError:
+            algorithm = "NONE"  # servers before checksums (MySQL < 5.6.2)
+        if algorithm != "NONE":
+            # Tells the source we verify checksums; it then sends events as written, CRC included.
+            self.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+            self.query("SET @source_binlog_checksum = @@global.binlog_checksum")
+        self.checksum_alg = BINLOG_CHECKSUM_ALG_CRC32 if algorithm == "CRC32" else BINLOG_CHECKSUM_ALG_OFF
+        if self.is_mariadb:
+            # Without this MariaDB rewrites its GTID events into BEGIN queries for "old" replicas.
+            self.query(f"SET @mariadb_slave_capability = {MARIA_SLAVE_CAPABILITY_GTID}")
+        if heartbeat_seconds > 0:
+            nanoseconds = int(heartbeat_seconds * 1_000_000_000)
+            self.query(f"SET @master_heartbeat_period = {nanoseconds}")
+            self.query(f"SET @source_heartbeat_period = {nanoseconds}")
+
+    def register(self, server_id: int) -> None:
+        host = socket.gethostname()[:60]
+        payload = register_slave_payload(server_id, host, self.settings.user, "", 0)
+        self._command(payload)
+        try:
+            self.conn._read_ok_packet()
+        except pymysql.err.MySQLError as exc:
+            raise ServerError(getattr(exc, "args", (0,))[0], str(exc)) from exc
+
+    def _command(self, payload: bytes) -> None:
+        conn = self.conn
+        conn._next_seq_id = 0
+        # The command fits one packet (its only variable part is a file name or a GTID set).
+        conn._write_bytes(struct.pack("<I", len(payload))[:3] + b"\x00" + payload)
+        conn._next_seq_id = 1
+
+    def start_dump(self, start: Position, server_id: int, *, blocking: bool, use_gtid: bool) -> None:
+        flags = 0 if blocking else BINLOG_DUMP_NON_BLOCK
+        by_gtid = bool(start.gtid) and (use_gtid or not start.file)
+        if by_gtid and self.is_mariadb:
+            self.query("SET @slave_connect_state = %s", start.gtid)
+            self.query("SET @slave_gtid_strict_mode = 0")
+            self.query("SET @slave_gtid_ignore_duplicates = 0")
+            payload = binlog_dump_payload("", 4, server_id, flags)
+        elif by_gtid:
+            payload = binlog_dump_gtid_payload(start.gtid, server_id, "", 4, flags)
+        else:
+            payload = binlog_dump_payload(start.file, start.pos, server_id, flags)
+        self._command(payload)
+        # PyMySQL's write switched the socket to the (unlimited) write timeout: reads must time out again.
+        timeout = self.settings.effective_read_timeout
+        self.conn._sock.settimeout(timeout)
+        self.conn._current_timeout = timeout
+        self.dumping = True
+        self._rfile = self.conn._rfile
+        self._start = start
+
+    # -- the event stream -----------------------------------------------------------------------------------------
+
+    def _read_exact(self, n: int) -> bytes:
+        data = self._rfile.read(n)
+        if data is None or len(data) < n:
+            raise ConnectionLostError(
+                f"the source closed the connection in the middle of a packet ({len(data or b'')} of {n} bytes)"
+            )
+        return data
+
+    def read_event(self) -> bytes | None:
+        """The next event, or None at the end of a non-blocking dump."""
+        try:
+            header = self._read_exact(4)
+            low, high, _seq = _HEADER.unpack(header)
+            length = low | high << 16
+            payload = self._read_exact(length)
+            if length == MAX_PACKET_LEN:
+                # An event of 16 MiB or more continues in further packets until a shorter one.
+                parts = [payload]
+                while length == MAX_PACKET_LEN:
+                    low, high, _seq = _HEADER.unpack(self._read_exact(4))
+                    length = low | high << 16
+                    parts.append(self._read_exact(length))
+                payload = b"".join(parts)
+        except TimeoutError as exc:
+            raise ConnectionLostError(
+                f"no data from the source for {self.settings.effective_read_timeout:.1f}s (heartbeats missing)"
+            ) from exc
+        except OSError as exc:
+            raise ConnectionLostError(f"replication connection failed: {exc}") from exc
+        except ValueError as exc:  # reading a file closed by close() from another thread
+            raise ConnectionLostError(f"replication connection closed: {exc}") from exc
+        if not payload:
+            raise ConnectionLostError("empty packet from the source")
+        marker = payload[0]
+        if marker == 0x00:
+            return payload[1:]
+        if marker == 0xFE and len(payload) < 9:
+            return None
+        if marker == 0xFF:
+            self._raise_error(payload)
+        raise BinlogError(f"unexpected packet from the source (first byte {marker:#x})")
+
+    def _raise_error(self, payload: bytes) -> None:
+        code = int.from_bytes(payload[1:3], "little")
+        message = payload[3:]
+        if message[:1] == b"#":
+            message = message[6:]
+        text = message.decode("utf-8", "replace")
+        if code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
+            raise PurgedPositionError(self._start.file, f"source error {code}: {text}")
+        raise ServerError(code, text)
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        # A socket in the middle of a dump cannot be told to quit politely: shut it down (which also wakes a reader
+        # blocked in another thread) and close it.
+        with contextlib.suppress(OSError):
+            if conn._sock is not None:
+                conn._sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):  # the connection may be in any state here
+            conn._force_close()
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)

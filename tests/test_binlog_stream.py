@@ -1,0 +1,319 @@
+"""The live stream against the private MariaDB: positions, GTIDs, heartbeats, reconnects and failures.
+
+Connection failures are produced by a small TCP proxy between the stream and the server that can cut every
+connection, cut one in the middle of a packet, or stop forwarding (a half-open connection).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from binlog import (
+    BinlogError,
+    BinlogStream,
+    Position,
+    PurgedPositionError,
+    SourceSettings,
+    Transaction,
+    read_binlog_files,
+)
+from tests.harness.mariadb import MariaDB, free_tcp_port
+from tests.test_binlog_types import new_schema
+
+
+class Proxy:
+    """Forwards 127.0.0.1:<port> to the server; ``cut()``, ``cut_after(n)`` and ``freeze()`` simulate failures."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self.frozen = False
+        self.cut_after_bytes: int | None = None  # cut once this many more bytes went server → client
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            with self._lock:
+                self.connections += 1
+                self._sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, downstream: bool) -> None:
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                while self.frozen:
+                    time.sleep(0.05)
+                if downstream and self.cut_after_bytes is not None:
+                    if len(data) >= self.cut_after_bytes:
+                        sink.sendall(data[: self.cut_after_bytes])
+                        self.cut_after_bytes = None
+                        self.cut()
+                        return
+                    self.cut_after_bytes -= len(data)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.frozen = False
+        self.listener.close()
+        self.cut()
+
+
+@pytest.fixture
+def proxy(mariadb: MariaDB) -> Iterator[Proxy]:
+    p = Proxy(mariadb.port)
+    yield p
+    p.close()
+
+
+def settings_for(server: MariaDB, **overrides: object) -> SourceSettings:
+    base = dict(server.replication_settings())
+    base.update(heartbeat_seconds=0.5, reconnect_initial_delay=0.05, reconnect_max_delay=0.2)
+    base.update(overrides)
+    return SourceSettings(**base)  # type: ignore[arg-type]
+
+
+def drain(server: MariaDB, start: Position, **overrides: object) -> list[Transaction]:
+    """Everything from ``start`` to the current end of the binlog (a non-blocking dump)."""
+    with BinlogStream(settings_for(server, **overrides), start, blocking=False) as stream:
+        return [t for t in stream if t.changes or t.statements]
+
+
+def test_stream_yields_committed_transactions_with_positions(mariadb: MariaDB) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(10))")
+    start = Position(*mariadb.binlog_position())
+    with mariadb.connect(schema, autocommit=False) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+        cur.execute("UPDATE t SET v = 'c' WHERE id = 1")
+        conn.commit()
+        after_first = mariadb.binlog_position()
+        cur.execute("DELETE FROM t WHERE id = 2")
+        conn.commit()
+    end = mariadb.binlog_position()
+    transactions = drain(mariadb, start)
+    assert len(transactions) == 2
+    first, second = transactions
+    assert [(c.kind, c.row) for c in first.changes] == [(1, 0), (1, 1), (2, 0)]
+    assert first.changes[2].before == ("1", "a") and first.changes[2].after == ("1", "c")
+    assert (first.position.file, first.position.pos) == after_first
+    assert (second.position.file, second.position.pos) == end
+    assert second.changes[0].kind == 4 and second.changes[0].before == ("2", "b")
+    # MariaDB GTIDs: the transaction's own, and the state after it in the position.
+    gtid_pos = mariadb.query("SELECT @@gtid_binlog_pos")[0][0]
+    assert second.position.gtid == gtid_pos
+    assert second.gtid == gtid_pos.split(",")[0] and first.gtid != second.gtid
+    insert_a, insert_b, update = first.changes
+    assert insert_a.pos == insert_b.pos < update.pos < first.position.pos  # END position of each rows event
+    assert first.changes[0].file == after_first[0]
+    assert abs(first.timestamp - time.time()) < 60
+    assert 19 in first.event_counts and 16 in second.event_counts  # TABLE_MAP, XID
+
+
+def test_stream_and_file_reader_agree(mariadb: MariaDB) -> None:
+    schema = new_schema(mariadb)
+    start = Position(*mariadb.binlog_position())
+    mariadb.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, d DECIMAL(8,3), t DATETIME(6), b BLOB)",
+        f"INSERT INTO `{schema}`.t VALUES (1, -1.5, '2020-01-01 00:00:00.5', x'00'), (2, 2, NOW(), NULL)",
+        f"UPDATE `{schema}`.t SET d = d * 2",
+        f"DELETE FROM `{schema}`.t",
+    )
+    streamed = drain(mariadb, start)
+    mariadb.execute("FLUSH BINARY LOGS")
+    files = [f for f in mariadb.binlog_files() if f.name >= start.file]
+    from_files = [t for t in read_binlog_files(files, start=start.pos) if t.changes or t.statements]
+    assert [(t.position.file, t.position.pos, t.gtid) for t in streamed] == [
+        (t.position.file, t.position.pos, t.gtid) for t in from_files[: len(streamed)]
+    ]
+    assert [c for t in streamed for c in t.changes] == [c for t in from_files[: len(streamed)] for c in t.changes]
+    assert streamed[0].statements[0].startswith("CREATE TABLE")
+
+
+def test_start_none_follows_from_the_current_position(mariadb: MariaDB) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)", f"INSERT INTO `{schema}`.t VALUES (1)")
+    seen = []
+    with BinlogStream(settings_for(mariadb)) as stream:
+        for trx in stream:
+            if not seen:
+                mariadb.execute(f"INSERT INTO `{schema}`.t VALUES (2)")
+            seen.append(trx)
+            if trx.changes:
+                break
+    rows = [c.after for t in seen for c in t.changes if c.schema == schema]
+    assert rows == [("2",)]  # the row inserted before the stream started is not replayed
+    assert seen[0].changes == []
+
+
+def test_heartbeats_yield_empty_transactions(mariadb: MariaDB) -> None:
+    settings = settings_for(mariadb, heartbeat_seconds=0.2)
+    started = time.monotonic()
+    with BinlogStream(settings) as stream:
+        ticks = list(itertools.islice(stream, 4))
+        assert stream.lag_seconds == 0.0
+    assert time.monotonic() - started < 5
+    assert all(t.changes == [] for t in ticks)
+    assert sum(t.event_counts.get(27, 0) for t in ticks) >= 3  # HEARTBEAT_LOG_EVENT
+    assert ticks[-1].position.file == mariadb.binlog_position()[0]
+
+
+def test_mariadb_gtid_start(mariadb: MariaDB) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    mariadb.execute(f"INSERT INTO `{schema}`.t VALUES (1)")
+    gtid = mariadb.query("SELECT @@gtid_binlog_pos")[0][0]
+    mariadb.execute(f"INSERT INTO `{schema}`.t VALUES (2)", f"INSERT INTO `{schema}`.t VALUES (3)")
+    transactions = drain(mariadb, Position("", 0, gtid))
+    rows = [c.after for t in transactions for c in t.changes if c.schema == schema]
+    assert rows == [("2",), ("3",)]
+    assert transactions[-1].position.gtid == mariadb.query("SELECT @@gtid_binlog_pos")[0][0]
+    # use_gtid resumes by GTID even when a file is known.
+    transactions = drain(mariadb, Position("no-such-file", 4, gtid), use_gtid=True)
+    assert [c.after for t in transactions for c in t.changes if c.schema == schema] == [("2",), ("3",)]
+
+
+def test_a_purged_start_file_raises_naming_it(mariadb: MariaDB) -> None:
+    with pytest.raises(PurgedPositionError, match=r"binlog\.999999") as info:
+        drain(mariadb, Position("binlog.999999", 4))
+    assert "1236" in str(info.value)
+
+
+def test_reconnect_resumes_from_the_confirmed_position(
+    mariadb: MariaDB, proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    start = Position(*mariadb.binlog_position())
+    for i in range(1, 4):
+        mariadb.execute(f"INSERT INTO `{schema}`.t VALUES ({i})")
+    settings = settings_for(mariadb, port=proxy.port)
+    got: list[tuple[int, str]] = []  # (reconnects so far, value)
+    caplog.set_level(logging.WARNING, "binlog.stream")
+    with BinlogStream(settings, start) as stream:
+        for trx in stream:
+            if not trx.changes:
+                continue
+            value = trx.changes[0].after[0]
+            got.append((stream.reconnects, value))
+            if value == "1":
+                stream.confirm(trx.position)
+            elif value == "2" and stream.reconnects == 0:
+                proxy.cut()  # "2" was not confirmed: it must come again
+            elif value == "3" and stream.reconnects == 1:
+                break
+        assert stream.reconnects == 1
+    before = [v for r, v in got if r == 0]
+    after = [v for r, v in got if r == 1]
+    # Events already buffered when the connection broke may still arrive; after the reconnect everything since the
+    # last confirmed position comes again, and nothing before it.
+    assert before[:2] == ["1", "2"]
+    assert after == ["2", "3"]
+    assert proxy.connections >= 2
+    assert "reconnect attempt 1" in caplog.text
+
+
+def test_server_closing_mid_event_is_recovered(mariadb: MariaDB, proxy: Proxy) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, b LONGBLOB)")
+    start = Position(*mariadb.binlog_position())
+    mariadb.execute(f"INSERT INTO `{schema}`.t VALUES (1, REPEAT(x'ab', 300000))")
+    mariadb.execute(f"INSERT INTO `{schema}`.t VALUES (2, x'01')")
+    settings = settings_for(mariadb, port=proxy.port)
+    rows = []
+    with BinlogStream(settings, start) as stream:
+        proxy.cut_after_bytes = 150_000  # well inside the first (300 kB) rows event, after the handshake
+        for trx in stream:
+            rows += [(c.after[0], len(c.after[1])) for c in trx.changes]
+            if len(rows) >= 2:
+                break
+        assert stream.reconnects >= 1
+        assert "middle of a packet" in stream.last_error or "closed" in stream.last_error
+    assert rows == [("1", 300000), ("2", 1)]
+
+
+def test_half_open_connection_is_noticed_by_the_read_timeout(mariadb: MariaDB, proxy: Proxy) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    settings = settings_for(mariadb, port=proxy.port, heartbeat_seconds=0.2, read_timeout=1.0)
+    with BinlogStream(settings) as stream:
+        iterator = iter(stream)
+        next(iterator)  # connected, first heartbeat
+        proxy.frozen = True
+        threading.Timer(1.5, lambda: setattr(proxy, "frozen", False)).start()
+        threading.Timer(1.6, proxy.cut).start()  # drop the stale connection once unfrozen
+        mariadb.execute(f"INSERT INTO `{schema}`.t VALUES (7)")
+        started = time.monotonic()
+        trx = next(t for t in iterator if t.changes)
+        assert trx.changes[0].after == ("7",)
+        assert stream.reconnects >= 1
+        assert "no data from the source" in stream.last_error
+        assert time.monotonic() - started < 15
+
+
+def test_checksum_off_source(mariadb: MariaDB) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute("SET GLOBAL binlog_checksum = NONE")
+    try:
+        start = Position(*mariadb.binlog_position())
+        mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)", f"INSERT INTO `{schema}`.t VALUES (5)")
+        transactions = drain(mariadb, start)
+    finally:
+        mariadb.execute("SET GLOBAL binlog_checksum = CRC32")
+    assert [c.after for t in transactions for c in t.changes] == [("5",)]
+
+
+def test_events_over_16_mib_are_reassembled(mariadb: MariaDB) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, b LONGBLOB)")
+    start = Position(*mariadb.binlog_position())
+    mariadb.execute(f"INSERT INTO `{schema}`.t VALUES (1, REPEAT(x'5a', 17 * 1024 * 1024))")
+    (trx,) = drain(mariadb, start)
+    (change,) = trx.changes
+    assert change.after[1] == b"\x5a" * (17 * 1024 * 1024)
+
+
+def test_giving_up_after_the_configured_attempts(mariadb: MariaDB) -> None:
+    settings = settings_for(mariadb, port=free_tcp_port(), max_reconnect_attempts=2)  # nothing listens there
+    with pytest.raises(BinlogError, match="giving up after 2 reconnect attempts") as info:
+        list(BinlogStream(settings, Position("binlog.000001", 4)))
+    assert "cannot connect" in str(info.value)
