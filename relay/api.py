@@ -17,15 +17,24 @@ from relay.usage import WindowCounts
 View = Callable[..., HttpResponse]
 
 
+class SafeJsonResponse(JsonResponse):
+    """JSON with <, > and & written as \\u escapes: the same data, but no client name or column value can ever be
+    read as markup, even by a browser that sniffs the content type."""
+
+    def __init__(self, data: Any, status: int = 200) -> None:
+        super().__init__(data, status=status, json_dumps_params={"ensure_ascii": False})
+        self.content = self.content.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
+
+
 def api_login_required(view: View) -> View:
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
-            response = JsonResponse({"error": "authentication required"}, status=401)
+            response = SafeJsonResponse({"error": "authentication required"}, status=401)
             response["WWW-Authenticate"] = 'Session realm="relay"'
             return response
         if not request.user.is_active:  # pragma: no cover - Django does not log inactive users in
-            return JsonResponse({"error": "forbidden"}, status=403)
+            return SafeJsonResponse({"error": "forbidden"}, status=403)
         return view(request, *args, **kwargs)
 
     return wrapper
@@ -39,8 +48,8 @@ def _counts(counts: WindowCounts) -> dict[str, int]:
     return {"inserts": counts.inserts, "updates": counts.updates, "deletes": counts.deletes}
 
 
-def _bad(message: str) -> JsonResponse:
-    return JsonResponse({"error": message}, status=400)
+def _bad(message: str) -> SafeJsonResponse:
+    return SafeJsonResponse({"error": message}, status=400)
 
 
 def overview_data(data: dashboard.Overview) -> dict[str, Any]:
@@ -172,28 +181,28 @@ def head_data(entry: dashboard.HeadEntry) -> dict[str, Any]:
 
 @require_GET
 @api_login_required
-def overview(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(overview_data(dashboard.overview()))
+def overview(request: HttpRequest) -> SafeJsonResponse:
+    return SafeJsonResponse(overview_data(dashboard.overview()))
 
 
 @require_GET
 @api_login_required
-def clients(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"clients": [client_data(row) for row in dashboard.client_rows()]})
+def clients(request: HttpRequest) -> SafeJsonResponse:
+    return SafeJsonResponse({"clients": [client_data(row) for row in dashboard.client_rows()]})
 
 
 @require_GET
 @api_login_required
-def client_detail(request: HttpRequest, client_id: int) -> JsonResponse:
+def client_detail(request: HttpRequest, client_id: int) -> SafeJsonResponse:
     try:
         head_size = forms.client_params(request.GET)
     except forms.QueryError as exc:
         return _bad(str(exc))
     rows = dashboard.client_rows(client_id=client_id)
     if not rows:
-        return JsonResponse({"error": f"no client with id {client_id}"}, status=404)
+        return SafeJsonResponse({"error": f"no client with id {client_id}"}, status=404)
     row = rows[0]
-    return JsonResponse(
+    return SafeJsonResponse(
         {
             **client_data(row),
             "head": [head_data(entry) for entry in dashboard.queue_head(row, head_size)],
@@ -204,13 +213,13 @@ def client_detail(request: HttpRequest, client_id: int) -> JsonResponse:
 
 @require_GET
 @api_login_required
-def usage(request: HttpRequest) -> JsonResponse:
+def usage(request: HttpRequest) -> SafeJsonResponse:
     try:
         params = forms.usage_params(request.GET)
     except forms.QueryError as exc:
         return _bad(str(exc))
     page = tableusage.usage_page(**params)
-    return JsonResponse(
+    return SafeJsonResponse(
         {
             "count": page.count,
             "page": page.page,
@@ -241,13 +250,13 @@ def usage(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 @api_login_required
-def schema(request: HttpRequest) -> JsonResponse:
+def schema(request: HttpRequest) -> SafeJsonResponse:
     try:
         params = forms.schema_params(request.GET)
     except forms.QueryError as exc:
         return _bad(str(exc))
     page = schemalist.schema_page(**params)
-    return JsonResponse(
+    return SafeJsonResponse(
         {
             "count": page.count,
             "page": page.page,

@@ -148,10 +148,12 @@ def fill_day(rows: list[UsageRow], now: int) -> None:
         .annotate(i=Sum("inserts"), u=Sum("updates"), d=Sum("deletes"))
         .values_list("schema_name", "table_name", "bin", "i", "u", "d")
     )
-    by_table = {(row.schema_name, row.table_name): row for row in rows}
-    sums: dict[tuple[str, str], list[int]] = {key: [0, 0, 0] for key in by_table}
+    # The same table may come as several row objects (the listed page and the chart's top): fill each.
+    by_table: dict[tuple[str, str], list[UsageRow]] = {}
     for row in rows:
-        row.spark = [0] * SPARK_BINS
+        by_table.setdefault((row.schema_name, row.table_name), []).append(row)
+    sums = {key: [0, 0, 0] for key in by_table}
+    sparks = {key: [0] * SPARK_BINS for key in by_table}
     for schema, table, index, i, u, d in bins:
         key = (schema, table)
         if key not in by_table or not 0 <= index < SPARK_BINS:
@@ -161,9 +163,11 @@ def fill_day(rows: list[UsageRow], now: int) -> None:
         counts[0] += i
         counts[1] += u
         counts[2] += d
-        by_table[key].spark[int(index)] += i + u + d
-    for key, (i, u, d) in sums.items():
-        by_table[key].day = WindowCounts(i, u, d)
+        sparks[key][int(index)] += i + u + d
+    for key, listed in by_table.items():
+        for row in listed:
+            row.day = WindowCounts(*sums[key])
+            row.spark = list(sparks[key])
 
 
 _ORDERING = {
@@ -228,9 +232,10 @@ def usage_page(
         names = {name for name, counts in ranked if counts.total}
         top = [UsageRow(**row) for row in _by_names(names).values(*_FIELDS)] if names else []
         top.sort(key=lambda r: (-hour[(r.schema_name, r.table_name)].total, r.name))
-    for row in {id(r): r for r in [*rows, *top]}.values():
+    shown = list({id(r): r for r in [*rows, *top]}.values())
+    for row in shown:
         row.hour = hour.get((row.schema_name, row.table_name), WindowCounts())
-    fill_day(list({id(r): r for r in [*rows, *top]}.values()), now)
+    fill_day(shown, now)
     return UsagePage(
         rows=rows,
         count=count,

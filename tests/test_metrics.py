@@ -1,0 +1,126 @@
+"""/metrics: the Prometheus text format, its label escaping, and who may read it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client as HttpClient
+
+from relay.metrics import CONTENT_TYPE, escape_label
+from relay.models import WorkerStatus
+from tests.dashboard_data import HOSTILE, PASSWORD, QUOTED, UNICODE, fill_store, make_users
+
+pytestmark = pytest.mark.django_db
+
+# name{labels} value, with label values in double quotes where only \\, \" and \n escapes may appear
+SAMPLE = re.compile(r'^[a-z_]+(\{([a-z_]+="(?:[^"\\\n]|\\\\|\\"|\\n)*",?)*\})? -?[0-9.e+Inf]+$|^# (HELP|TYPE) .+$')
+
+
+@pytest.fixture
+def filled():
+    make_users()
+    return fill_store()
+
+
+def scrape(client: HttpClient, **headers: str) -> str:
+    response = client.get("/metrics", headers=headers)
+    assert response.status_code == 200
+    assert response["Content-Type"] == CONTENT_TYPE
+    return response.content.decode()
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    return {
+        line[len(name) :].rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    }
+
+
+def test_anonymous_gets_401(client: HttpClient, filled) -> None:
+    response = client.get("/metrics")
+    assert response.status_code == 401 and response["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_bearer_token(client: HttpClient, filled, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELAY_METRICS_TOKEN", "s3cret-token")
+    assert "relay_worker_up" in scrape(client, authorization="Bearer s3cret-token")
+    assert client.get("/metrics", headers={"authorization": "Bearer wrong"}).status_code == 403
+    assert client.get("/metrics", headers={"authorization": "Basic czNjcmV0LXRva2Vu"}).status_code == 403
+
+
+def test_no_token_configured_refuses_every_token(client: HttpClient, filled, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RELAY_METRICS_TOKEN", raising=False)
+    assert client.get("/metrics", headers={"authorization": "Bearer "}).status_code == 403
+    assert client.get("/metrics", headers={"authorization": "Bearer anything"}).status_code == 403
+
+
+def test_logged_in_users_may_read(client: HttpClient, filled) -> None:
+    assert client.login(username="viewer", password=PASSWORD)
+    assert "relay_clients 3" in scrape(client)
+
+
+def test_every_line_is_valid_exposition_text(client: HttpClient, filled) -> None:
+    client.login(username="viewer", password=PASSWORD)
+    text = scrape(client)
+    assert text.endswith("\n")
+    for line in text.splitlines():
+        assert SAMPLE.match(line), line
+    families = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert len(families) == len(set(families))  # each family once
+
+
+def test_values(client: HttpClient, filled) -> None:
+    client.login(username="viewer", password=PASSWORD)
+    text = scrape(client)
+    assert samples(text, "relay_worker_up") == {'{source="main"}': 1}
+    assert samples(text, "relay_lag_seconds") == {'{source="main"}': 1.5}
+    assert samples(text, "relay_reconnects_total") == {'{source="main"}': 2}
+    assert samples(text, "relay_transactions_total") == {'{source="main"}': 120}
+    rows = samples(text, "relay_rows_total")
+    assert sum(rows.values()) == filled.rows and set(rows) == {
+        '{type="insert"}',
+        '{type="update"}',
+        '{type="delete"}',
+    }
+    events = samples(text, "relay_events_total")
+    assert events['{source="main",type="XID_EVENT",code="0x10"}'] == 120
+    assert events['{source="main",type="ROTATE_EVENT",code="0x04"}'] == 0
+    queue = samples(text, "relay_queue_size")
+    unicode_id = filled.client_ids[UNICODE]
+    assert queue[f'{{client_id="{unicode_id}",client="{UNICODE}"}}'] == 150
+    assert samples(text, "relay_pending_acks")[f'{{client_id="{unicode_id}",client="{UNICODE}"}}'] == 5
+    assert sum(samples(text, "relay_discarded_total").values()) > 0
+    assert samples(text, "relay_worker_state")['{source="main",state="connected"}'] == 1
+
+
+def test_hostile_names_are_escaped(client: HttpClient, filled) -> None:
+    client.login(username="viewer", password=PASSWORD)
+    text = scrape(client)
+    assert 'client="<script>alert(\\"x\\")</script>"' in text
+    assert 'client="O\'Brien \\"quoted\\" & co"' in text
+    assert HOSTILE not in text and QUOTED not in text  # never with its quotes raw
+
+
+def test_escape_label() -> None:
+    assert escape_label('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
+    assert escape_label("ünï ✓") == "ünï ✓"
+
+
+def test_worker_down_and_no_lag(client: HttpClient, filled) -> None:
+    WorkerStatus.objects.update(state=WorkerStatus.State.RECONNECTING, lag_seconds=None)
+    client.login(username="viewer", password=PASSWORD)
+    text = scrape(client)
+    assert samples(text, "relay_worker_up") == {'{source="main"}': 0}
+    assert samples(text, "relay_lag_seconds") == {}
+    assert samples(text, "relay_worker_state")['{source="main",state="reconnecting"}'] == 1
+
+
+def test_empty_store(client: HttpClient) -> None:
+    make_users()
+    client.login(username="viewer", password=PASSWORD)
+    text = scrape(client)
+    assert "relay_clients 0" in text
+    assert 'relay_rows_total{type="insert"} 0' in text
+    assert samples(text, "relay_worker_up") == {}
