@@ -384,7 +384,7 @@ class EventDecoder:
         body = bytes(event[LOG_EVENT_HEADER_LEN:end])
         entry = self._map_cache.get(body)
         if entry is None:
-            table_map = parse_table_map(body, self.fde.post_header_len(TABLE_MAP_EVENT))
+            table_map = parse_table_map(body, self.fde.post_header_len(TABLE_MAP_EVENT), mariadb=self.fde.is_mariadb)
             entry = _TableEntry(table_map, self.resolver.resolve(table_map))
             if len(self._map_cache) > 10000:
                 self._map_cache.clear()

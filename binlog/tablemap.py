@@ -99,8 +99,11 @@ class TableMap:
     flags: int = 0
 
 
-def parse_table_map(body: bytes, post_header_len: int) -> TableMap:
-    """Parse a TABLE_MAP event body (everything after the common header, without the checksum)."""
+def parse_table_map(body: bytes, post_header_len: int, *, mariadb: bool = False) -> TableMap:
+    """Parse a TABLE_MAP event body (everything after the common header, without the checksum).
+
+    ``mariadb``: the source is MariaDB, whose charset metadata also counts GEOMETRY columns as character columns.
+    """
     if post_header_len == 6:
         need(body, 6, "TABLE_MAP post-header")
         table_id = int.from_bytes(body[0:4], "little")
@@ -158,7 +161,7 @@ def parse_table_map(body: bytes, post_header_len: int) -> TableMap:
     null_bits = int.from_bytes(body[pos : pos + null_len], "little")
     pos += null_len
     nullable = [bool(null_bits >> i & 1) for i in range(count)]
-    optional = _parse_optional(body, pos, types) if pos < len(body) else None
+    optional = _parse_optional(body, pos, types, mariadb) if pos < len(body) else None
     return TableMap(table_id, schema, table, types, metas, nullable, optional, flags)
 
 
@@ -203,10 +206,11 @@ def _str_values(value: bytes, indexes: list[int]) -> dict[int, tuple[bytes, ...]
     return out
 
 
-def _parse_optional(body: bytes, pos: int, types: list[int]) -> OptionalMetadata:
+def _parse_optional(body: bytes, pos: int, types: list[int], mariadb: bool) -> OptionalMetadata:
     count = len(types)
     numeric = [i for i, t in enumerate(types) if t in NUMERIC_TYPES]
-    character = [i for i, t in enumerate(types) if t in _CHARACTER_TYPES]
+    character_types = _CHARACTER_TYPES | {MYSQL_TYPE_GEOMETRY} if mariadb else _CHARACTER_TYPES
+    character = [i for i, t in enumerate(types) if t in character_types]
     enum_set = [i for i, t in enumerate(types) if t in (MYSQL_TYPE_ENUM, MYSQL_TYPE_SET)]
     enums = [i for i, t in enumerate(types) if t == MYSQL_TYPE_ENUM]
     sets = [i for i, t in enumerate(types) if t == MYSQL_TYPE_SET]
