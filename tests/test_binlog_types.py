@@ -91,6 +91,7 @@ class Column:
     values: list[str]  # SQL literals
     binary: bool = False
     float32: bool = False  # compare at single precision (SELECT shows FLOAT with 6 digits)
+    select: str | None = None  # the SELECT expression to compare with ({} is the column), when not the column itself
 
 
 def _same(decoded: Any, selected: Any, column: Column) -> bool:
@@ -121,9 +122,15 @@ def run_case(server: MariaDB, schema: str, columns: list[Column], *, provider: A
         literals = [c.values[i] if i < len(c.values) else "NULL" for c in columns]
         inserts.append(f"INSERT INTO `{schema}`.t VALUES ({i + 1}, {', '.join(literals)})")
     server.execute(*inserts)
-    select_list = ", ".join(
-        f"CAST(`{c.name}` AS DOUBLE) AS `{c.name}`" if c.float32 else f"`{c.name}`" for c in columns
-    )
+
+    def expression(c: Column) -> str:
+        if c.float32:
+            return f"CAST(`{c.name}` AS DOUBLE) AS `{c.name}`"
+        if c.select:
+            return c.select.format(f"`{c.name}`") + f" AS `{c.name}`"
+        return f"`{c.name}`"
+
+    select_list = ", ".join(expression(c) for c in columns)
     binary = {c.name for c in columns if c.binary}
     query = f"SELECT id, {select_list} FROM `{schema}`.t ORDER BY id"
     _, first = select_text(server, query, binary)
@@ -254,6 +261,16 @@ BITS = [
 ]
 
 
+GEOMETRIES = [
+    Column("g", "GEOMETRY", ["ST_GeomFromText('POINT(1 2)')", "ST_GeomFromText('LINESTRING(0 0,1.5 -2,3 4)')",
+                             "ST_GeomFromText('POLYGON((0 0,4 0,4 4,0 4,0 0),(1 1,2 1,2 2,1 1))')", "NULL",
+                             "ST_GeomFromText('MULTIPOINT(1 1,2 2)')",
+                             "ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1),LINESTRING(0 0,1 1))')"],
+           select="ST_AsText({})"),
+    Column("p", "POINT", ["POINT(-1.25, 1e10)", "POINT(0, 0)"], select="ST_AsText({})"),
+    Column("after_geometry", "VARCHAR(10) CHARACTER SET latin1", ["'é'", "'x'"]),  # charset metadata stays aligned
+]  # fmt: skip
+
 CASES: dict[str, list[Column]] = {
     "integers": INTEGERS,
     "decimals": DECIMALS,
@@ -262,6 +279,7 @@ CASES: dict[str, list[Column]] = {
     "strings": STRINGS,
     "binaries": BINARIES,
     "enums_sets": ENUMS,
+    "geometries": GEOMETRIES,
 }
 
 
