@@ -3,20 +3,28 @@
 The relay server, the dashboard and the admin go through these functions; no other module writes SQL against the
 queue tables (the worker's appending side is relay/ingest.py). Consuming is lock-free: the head of a queue moves by
 compare-and-set on ``Client.acked_seq``, so a POLL never waits for the worker's batch to commit.
+
+Two layers: the ORM functions (``poll``, ``fetch``, ``ack``, ...) that the dashboard, the admin and the tests use,
+and the session primitives of the relay server (``session_bounds``, ``read_entries``, ``advance_head``,
+``mark_delivered``, ``ack_session``, ``record_history``): one SQL statement each, in raw SQL because they run once or
+twice per POLL, and each checks the session token so that a session replaced by a newer AUTH (in any process) can no
+longer consume.
 """
 
 from __future__ import annotations
 
+import datetime
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Max, Min, Q, Value
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from relay.models import Change, Client, Filter, QueueEntry, QueueState, ServedEvent
+from relay.models import Change, Checkpoint, Client, Filter, QueueEntry, QueueState, ServedEvent
 
 HISTORY_LENGTH = 10
 
@@ -208,10 +216,14 @@ def fetch(client_id: int, max_events: int, *, manual_ack: bool) -> tuple[list[Qu
 def ack(client_id: int, seq: int) -> int:
     """Acknowledges every entry up to ``seq`` (cumulative, idempotent); returns the acknowledged sequence number.
 
-    Only what was delivered can be acknowledged: an ACK past the delivered entries stops at them.
+    An ACK past the newest entry stops there. It is not limited to what this session delivered: a client that
+    reconnected may acknowledge what it received in its previous session (PROTOCOL.md, ACK).
     """
-    Client.objects.filter(id=client_id, acked_seq__lt=seq).update(
-        acked_seq=Least(Value(seq), Greatest(F("delivered_seq"), F("acked_seq"))), last_seen=timezone.now()
+    last = QueueState.objects.filter(client_id=client_id).values_list("last_seq", flat=True).first() or 0
+    Client.objects.filter(id=client_id, acked_seq__lt=min(seq, last)).update(
+        acked_seq=Least(Value(seq), Value(last)),
+        delivered_seq=Greatest(F("delivered_seq"), Least(Value(seq), Value(last))),
+        last_seen=timezone.now(),
     )
     return Client.objects.filter(id=client_id).values_list("acked_seq", flat=True).first() or 0
 
@@ -219,24 +231,10 @@ def ack(client_id: int, seq: int) -> int:
 def record_served(client_id: int, served: Iterable[QueuedChange]) -> None:
     """Keeps the last served events of a client (the History column)."""
     now = timezone.now()
-    rows = [
-        ServedEvent(
-            client_id=client_id,
-            seq=item.seq,
-            kind=item.change.kind,
-            schema_name=item.change.schema_name,
-            table_name=item.change.table_name,
-            served_at=now,
-        )
-        for item in list(served)[-HISTORY_LENGTH:]
+    items = [
+        HistoryItem(item.seq, item.change.kind, item.change.schema_name, item.change.table_name, now) for item in served
     ]
-    if not rows:
-        return
-    ServedEvent.objects.bulk_create(rows)
-    keep = list(
-        ServedEvent.objects.filter(client_id=client_id).order_by("-id").values_list("id", flat=True)[:HISTORY_LENGTH]
-    )
-    ServedEvent.objects.filter(client_id=client_id).exclude(id__in=keep).delete()
+    record_history({client_id: items})
 
 
 # -- administration -----------------------------------------------------------------------------------------------
@@ -291,3 +289,197 @@ def collect_garbage(batch_size: int = 10_000) -> tuple[int, int]:
                 break
             changes_deleted += Change.objects.filter(id__in=ids).delete()[0]
     return entries_deleted, changes_deleted
+
+
+# -- the relay server's session primitives --------------------------------------------------------------------------
+
+
+class Bounds(NamedTuple):
+    """A client's queue as the server sees it: (acked_seq, last_seq] are queued, up to delivered_seq were sent."""
+
+    acked_seq: int
+    delivered_seq: int
+    last_seq: int
+    token: int
+
+
+class StoredEntry(NamedTuple):
+    """A queue entry joined with its change, as :func:`read_entries` returns it (``data``: relay/rowcodec.py)."""
+
+    seq: int
+    kind: int
+    schema_name: str
+    table_name: str
+    binlog_file: str
+    binlog_pos: int
+    row_index: int
+    timestamp: int
+    gtid: str
+    data: str
+
+
+class HistoryItem(NamedTuple):
+    seq: int
+    kind: int
+    schema_name: str
+    table_name: str
+    served_at: datetime.datetime
+
+
+def _table(model: Any) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _now() -> Any:
+    return connection.ops.adapt_datetimefield_value(timezone.now())
+
+
+def session_bounds(client_id: int) -> Bounds | None:
+    """The queue bounds and the current session token in one statement; None for an unknown client."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.acked_seq, c.delivered_seq, COALESCE(q.last_seq, 0), c.token FROM {_table(Client)} c"
+            f" LEFT JOIN {_table(QueueState)} q ON q.client_id = c.id WHERE c.id = %s",
+            [client_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else Bounds(*row)
+
+
+def read_entries(client_id: int, after_seq: int, limit: int) -> list[StoredEntry]:
+    """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: one indexed query."""
+    q = connection.ops.quote_name
+    select = (
+        f"SELECT e.seq, c.kind, c.schema_name, c.table_name, c.binlog_file, c.binlog_pos, c.row_index,"
+        f" c.{q('timestamp')}, c.gtid, c.data FROM {_table(QueueEntry)} e JOIN {_table(Change)} c"
+        f" ON c.id = e.change_id WHERE e.client_id = %s AND e.seq > %s"
+    )
+    with connection.cursor() as cursor:
+        # The live range (acked, last] has no gaps (entries leave only at the head), so the next ``limit`` entries
+        # are the seq range (after, after + limit]: a bounded index range scan whatever the planner believes
+        # about the table (a fresh table has no statistics, and a plan that sorts the whole queue costs O(queue)).
+        cursor.execute(f"{select} AND e.seq <= %s ORDER BY e.seq", [client_id, after_seq, after_seq + limit])
+        rows = cursor.fetchall()
+        if len(rows) < limit and (not rows or rows[-1][0] - after_seq > len(rows)):
+            # A gap after all (a change missing, entries written by hand): the general query.
+            cursor.execute(f"{select} ORDER BY e.seq LIMIT %s", [client_id, after_seq, limit])
+            rows = cursor.fetchall()
+        return [StoredEntry._make(row) for row in rows]
+
+
+def advance_head(client_id: int, token: int, expected_acked: int, new_acked: int, served: int) -> int | None:
+    """Moves the queue head from ``expected_acked`` to ``new_acked`` (auto-ack delivery of ``served`` entries).
+
+    Compare-and-set: nothing happens unless the session token is still current and nobody moved the head meanwhile
+    (another session, the worker's unqueue-oldest policy, a purge). Returns the queue's last_seq on success, None
+    when the compare failed: the caller re-reads the bounds.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_table(Client)} SET acked_seq = %s,"
+            f" delivered_seq = CASE WHEN delivered_seq > %s THEN delivered_seq ELSE %s END,"
+            f" served = served + %s, last_seen = %s WHERE id = %s AND token = %s AND acked_seq = %s"
+            f" RETURNING (SELECT last_seq FROM {_table(QueueState)} WHERE client_id = %s)",
+            [new_acked, new_acked, new_acked, served, _now(), client_id, token, expected_acked, client_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else (row[0] or 0)
+
+
+def mark_delivered(client_id: int, token: int, delivered_seq: int, served: int) -> bool:
+    """Records that a manual-ack session was sent everything up to ``delivered_seq``; False if the token is stale."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_table(Client)} SET"
+            f" delivered_seq = CASE WHEN delivered_seq > %s THEN delivered_seq ELSE %s END,"
+            f" served = served + %s, last_seen = %s WHERE id = %s AND token = %s",
+            [delivered_seq, delivered_seq, served, _now(), client_id, token],
+        )
+        return cursor.rowcount > 0
+
+
+def ack_session(client_id: int, token: int, seq: int) -> tuple[int, int] | None:
+    """ACK for a session: (acked_seq after it, entries it removed); None if the token is stale.
+
+    Cumulative and idempotent; an ACK past the newest entry stops there (see :func:`ack`).
+    """
+    for _ in range(100):
+        bounds = session_bounds(client_id)
+        if bounds is None or bounds.token != token:
+            return None
+        target = min(seq, bounds.last_seq)
+        if target <= bounds.acked_seq:
+            return bounds.acked_seq, 0
+        if advance_head(client_id, token, bounds.acked_seq, target, 0) is not None:
+            return target, target - bounds.acked_seq
+    raise StoreError(f"client {client_id}: the queue head kept moving under this ack")
+
+
+def token_is_current(client_id: int, token: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {_table(Client)} WHERE id = %s AND token = %s", [client_id, token])
+        return cursor.fetchone() is not None
+
+
+def last_seqs(client_ids: Sequence[int]) -> dict[int, int]:
+    """The newest sequence number of each client's queue: what a long-poll waits to see grow (SQLite wake-up)."""
+    if not client_ids:
+        return {}
+    marks = ", ".join("%s" for _ in client_ids)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT client_id, last_seq FROM {_table(QueueState)} WHERE client_id IN ({marks})", list(client_ids)
+        )
+        return dict(cursor.fetchall())
+
+
+def record_history(items: Mapping[int, Sequence[HistoryItem]]) -> None:
+    """Appends served events per client and keeps the newest HISTORY_LENGTH of each: one insert for all clients."""
+    rows = [
+        ServedEvent(
+            client_id=client_id,
+            seq=item.seq,
+            kind=item.kind,
+            schema_name=item.schema_name[:255],
+            table_name=item.table_name[:255],
+            served_at=item.served_at,
+        )
+        for client_id, served in items.items()
+        for item in list(served)[-HISTORY_LENGTH:]
+    ]
+    if not rows:
+        return
+    table = _table(ServedEvent)
+    with transaction.atomic():
+        ServedEvent.objects.bulk_create(rows)
+        with connection.cursor() as cursor:
+            for client_id in items:
+                cursor.execute(
+                    f"DELETE FROM {table} WHERE client_id = %s AND id < (SELECT MIN(id) FROM"
+                    f" (SELECT id FROM {table} WHERE client_id = %s ORDER BY id DESC LIMIT %s) newest)",
+                    [client_id, client_id, HISTORY_LENGTH],
+                )
+
+
+def client_status(client_id: int) -> dict[str, Any] | None:
+    """What STATUS reports: the client's counters, its filters and the worker's checkpoint."""
+    client = Client.objects.filter(id=client_id).values("name", "acked_seq", "delivered_seq", "served").first()
+    if client is None:
+        return None
+    state = QueueState.objects.filter(client_id=client_id).values("last_seq", "discarded", "max_queue").first() or {}
+    checkpoint = Checkpoint.objects.order_by("-updated").values("binlog_file", "binlog_pos").first() or {}
+    filters = list(
+        Filter.objects.filter(client_id=client_id)
+        .order_by("id")
+        .values_list("event_mask", "discard_policy", "queue_limit", "schema_name", "table_name")
+    )
+    last = max(state.get("last_seq", 0), client["acked_seq"])
+    return {
+        **client,
+        "last_seq": last,
+        "discarded": state.get("discarded", 0),
+        "max_queue": state.get("max_queue", 0),
+        "binlog_file": checkpoint.get("binlog_file", ""),
+        "binlog_pos": checkpoint.get("binlog_pos", 0),
+        "filters": filters,
+    }

@@ -1,0 +1,58 @@
+"""manage.py runrelay: the relay protocol server (see relay/relayserver/)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from relay.config import ConfigError, load_config, require_auth_secret
+from relay.relayserver import ServerOptions, serve
+
+_DEFAULTS = ServerOptions()
+
+
+class Command(BaseCommand):
+    help = "Serve the clients' queues over the relay protocol ([Server] ListenAddress, ServerPort, AuthSecret)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--config", help="path of replicaterelay.conf (default: $RELAY_CONFIG or ./)")
+        parser.add_argument("--address", help="listen address (default: [Server] ListenAddress)")
+        parser.add_argument("--port", type=int, help="listen port (default: [Server] ServerPort)")
+        parser.add_argument("--max-connections", type=int, default=_DEFAULTS.max_connections)
+        parser.add_argument(
+            "--idle-timeout", type=float, default=_DEFAULTS.idle_timeout, help="seconds before an idle client is cut"
+        )
+        parser.add_argument(
+            "--io-timeout",
+            type=float,
+            default=_DEFAULTS.io_timeout,
+            help="seconds a client may take to send a request's payload or to read a reply",
+        )
+        parser.add_argument("--store-threads", type=int, default=_DEFAULTS.store_threads)
+        parser.add_argument("--shutdown-grace", type=float, default=_DEFAULTS.shutdown_grace)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            config = load_config(options["config"]) if options["config"] else settings.RELAY_CONFIG
+            secret = require_auth_secret(config)
+        except ConfigError as exc:
+            raise CommandError(f"configuration error: {exc}") from None
+        port = options["port"] if options["port"] is not None else config.server_port
+        if not 0 <= port <= 65535:
+            raise CommandError(f"--port {port}: not a TCP port")
+        for name in ("max_connections", "store_threads"):
+            if options[name] < 1:
+                raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
+        server_options = ServerOptions(
+            address=options["address"] or config.listen_address,
+            port=port,
+            max_connections=options["max_connections"],
+            idle_timeout=options["idle_timeout"],
+            io_timeout=options["io_timeout"],
+            store_threads=options["store_threads"],
+            shutdown_grace=options["shutdown_grace"],
+        )
+        asyncio.run(serve(secret, server_options))

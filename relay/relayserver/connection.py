@@ -1,0 +1,304 @@
+"""One client connection: read frames, check them, run the command, send exactly one reply per request.
+
+Every failure stays inside its connection: a bad frame gets its error reply (and a close when the stream can no
+longer be trusted), a store failure gets an empty reply (POLL, POLLV2, FETCH: the client simply polls again) or a
+close (the other commands, which clients re-send after reconnecting), and anything unexpected is logged and closes
+this connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError
+
+from clientproto import (
+    EMPTY_REPLY,
+    FETCH_BYTE_BUDGET,
+    OK_REPLY,
+    PONG_REPLY,
+    REQUEST_HEADER_SIZE,
+    AckRequest,
+    AddFilterRequest,
+    AuthRequest,
+    BadChecksum,
+    Command,
+    FetchRequest,
+    FilterIdentity,
+    FilterInfo,
+    ProtocolError,
+    Result,
+    Status,
+    UnknownCommand,
+    ack_reply,
+    auth_failed_reply,
+    auth_reply,
+    bad_session_reply,
+    decode_request,
+    decode_request_header,
+    error_reply,
+    fetch_reply,
+    message_reply,
+    poll_reply,
+    removefilter_reply,
+    status_reply,
+    verify_request,
+)
+from clientproto.codec import DECODERS, SESSIONLESS_COMMANDS, Request
+from clientproto.header import RequestHeader
+from relay import store
+from relay.relayserver.queues import SessionQueue, StaleSession
+from relay.relayserver.wakeup import Waiter
+
+if TYPE_CHECKING:
+    from relay.relayserver.server import RelayServer
+
+log = logging.getLogger("relay.server")
+
+#: Longest name the store keeps (Client.name, Filter.schema_name/table_name).
+MAX_STORED_NAME = 255
+
+# What a connection is doing, for the timeout sweeper.
+IDLE, READING, BUSY, WRITING = "idle", "reading", "busy", "writing"
+
+
+class _Close(Exception):
+    """Close this connection after the reply (if any) is sent."""
+
+
+class Connection:
+    def __init__(self, server: RelayServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "")
+        self.session: SessionQueue | None = None
+        self.state = IDLE
+        self.since = server.loop.time()
+        self.closing = False
+        self._waiter: Waiter | None = None
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        try:
+            while not self.closing and not self.server.stopping:
+                self._enter(IDLE)
+                head = await self.reader.readexactly(REQUEST_HEADER_SIZE)
+                self._enter(READING)
+                try:
+                    header = decode_request_header(head)
+                except ProtocolError as exc:  # PayloadSize over the limit: the payload is never read
+                    await self._send(error_reply(exc))
+                    break
+                payload = await self.reader.readexactly(header.payload_size) if header.payload_size else b""
+                self._enter(BUSY)
+                reply, close = await self._request(header, payload)
+                if reply:
+                    self._enter(WRITING)
+                    await self._send(reply)
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away, possibly in the middle of a request: nothing to answer
+        except asyncio.CancelledError:
+            pass  # shutdown of an idle connection, or a timeout
+        except Exception:
+            log.exception("connection %s: unexpected error; closing it", self.peer)
+        finally:
+            self._finish()
+
+    def _enter(self, state: str) -> None:
+        self.state = state
+        self.since = self.server.loop.time()
+
+    async def _send(self, frame: bytes) -> None:
+        self.writer.write(frame)  # header and payload in one buffer: one write, as the PHP client needs
+        await self.writer.drain()
+
+    async def _request(self, header: RequestHeader, payload: bytes) -> tuple[bytes, bool]:
+        # Order of the checks: checksum (0xFF, close), unknown command (0xFD), session (0xFB; an unauthenticated
+        # connection learns nothing about payloads), payload (0xFA).
+        command = header.command
+        try:
+            verify_request(header, payload)
+            if command not in DECODERS:
+                raise UnknownCommand(f"command 0x{command:04x} is unknown")
+            if command not in SESSIONLESS_COMMANDS:
+                session = self.session
+                if session is None or header.client_id != session.client_id or header.token != session.token:
+                    return bad_session_reply(header.client_id, header.token), False
+            request = decode_request(command, payload)
+        except BadChecksum as exc:
+            log.info("connection %s: %s; closing", self.peer, exc)
+            return error_reply(exc), True
+        except ProtocolError as exc:
+            return error_reply(exc), exc.close
+        try:
+            return await self._dispatch(header, request), False
+        except _Close:
+            return b"", True
+
+    # -- commands ------------------------------------------------------------------------------------------------
+
+    async def _dispatch(self, header: RequestHeader, request: Request) -> bytes:
+        command = header.command
+        if command == Command.PING:
+            return PONG_REPLY
+        if command == Command.AUTH:
+            assert isinstance(request, AuthRequest)
+            return await self._auth(request)
+        session = self.session
+        assert session is not None  # checked by _request
+        try:
+            if command == Command.POLL or command == Command.POLLV2:
+                return await self._poll(session, command == Command.POLLV2)
+            if command == Command.FETCH:
+                assert isinstance(request, FetchRequest)
+                return await self._fetch(session, request)
+            if command == Command.ACK:
+                assert isinstance(request, AckRequest)
+                acked, removed = await self.server.threads.run(session.ack, request.seq)
+                return ack_reply(acked, removed)
+            if command == Command.ADDFILTER:
+                assert isinstance(request, AddFilterRequest)
+                return await self._add_filter(session, request)
+            if command == Command.REMOVEFILTER:
+                assert isinstance(request, FilterIdentity)
+                removed = await self.server.threads.run(_remove_filter, session, request)
+                return removefilter_reply(removed)
+            if command == Command.STATUS:
+                return await self._status(session)
+        except StaleSession:
+            # A newer AUTH for this client (here or in another relay process) replaced the token.
+            log.info("connection %s: session of client %d was replaced", self.peer, session.client_id)
+            if self.session is session:
+                self.session = None
+            return bad_session_reply(header.client_id, header.token)
+        except (DatabaseError, store.StoreError) as exc:
+            log.warning("connection %s: store error on %s: %s", self.peer, Command(command).name, exc)
+            if command in (Command.POLL, Command.POLLV2, Command.FETCH):
+                return EMPTY_REPLY  # the client polls again; nothing was taken from its queue
+            raise _Close from exc
+        raise AssertionError(f"command 0x{command:02x} decoded but not dispatched")
+
+    async def _auth(self, request: AuthRequest) -> bytes:
+        if request.key not in self.server.keys or not request.name:
+            log.info("connection %s: AUTH refused for %r", self.peer, request.name)
+            return auth_failed_reply(request.key)
+        if len(request.name) > MAX_STORED_NAME:
+            return message_reply(
+                Result.MALFORMED, f"AUTH: ClientName is {len(request.name)} characters, the limit is {MAX_STORED_NAME}"
+            )
+        async with self.server.auth_lock(request.name):
+            try:
+                opened = await self.server.threads.run(store.open_session, request.name, self.peer)
+            except DatabaseError as exc:
+                log.warning("connection %s: AUTH failed in the store: %s", self.peer, exc)
+                raise _Close from exc
+            previous = self.session
+            self.session = SessionQueue(opened.client_id, opened.token, instance_id=self.server.instance_id)
+            if previous is not None and previous.client_id != opened.client_id:
+                self.server.session_ended(self, previous)
+            self.server.register(self, opened.client_id)
+        return auth_reply(request.key, opened.token, opened.client_id)
+
+    async def _poll(self, session: SessionQueue, v2: bool) -> bytes:
+        delivery = await self.server.threads.run(session.poll, v2)
+        if delivery is None:
+            return EMPTY_REPLY
+        self.server.history.served(session.client_id, delivery.entries)
+        assert isinstance(delivery.payload, bytes)
+        return poll_reply(delivery.payload)
+
+    async def _fetch(self, session: SessionQueue, request: FetchRequest) -> bytes:
+        loop = self.server.loop
+        deadline = loop.time() + request.wait_ms / 1000
+        ack_upto = request.ack_upto
+        notifier = self.server.notifier
+        while True:
+            generation = notifier.generation  # before the read: a commit after it wakes the wait below
+            delivery = await self.server.threads.run(
+                session.fetch, request.max_events, request.manual_ack, ack_upto, FETCH_BYTE_BUDGET
+            )
+            ack_upto = 0  # acknowledged once; a retry after waiting must not count it again
+            if delivery is not None:
+                self.server.history.served(session.client_id, delivery.entries)
+                assert isinstance(delivery.payload, list)
+                return fetch_reply(delivery.queue_size, delivery.payload)
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self.closing or self.server.stopping:
+                return EMPTY_REPLY
+            self._waiter = Waiter(session.client_id, session.last, generation)
+            try:
+                await notifier.wait(self._waiter, remaining)
+            finally:
+                self._waiter = None
+
+    async def _add_filter(self, session: SessionQueue, request: AddFilterRequest) -> bytes:
+        for what, name in (("SchemaName", request.schema), ("TableName", request.table)):
+            if len(name) > MAX_STORED_NAME:
+                return message_reply(
+                    Result.MALFORMED, f"ADDFILTER: {what} is {len(name)} characters, the limit is {MAX_STORED_NAME}"
+                )
+        await self.server.threads.run(_add_filter, session, request)
+        return OK_REPLY
+
+    async def _status(self, session: SessionQueue) -> bytes:
+        status = await self.server.threads.run(_status, session)
+        return status_reply(status)
+
+    # -- ending --------------------------------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        """Close this connection: a newer connection authenticated with the same name, or it timed out."""
+        self.closing = True
+        self.session = None  # the newer session owns the client now; do not mark it disconnected
+        if self._waiter is not None:
+            self._waiter.event.set()
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+    def _finish(self) -> None:
+        self.closing = True
+        if self.session is not None:
+            self.server.session_ended(self, self.session)
+            self.session = None
+        self.server.unregister(self)
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+def _add_filter(session: SessionQueue, request: AddFilterRequest) -> None:
+    session.check_token()
+    store.add_filter(session.client_id, request.types, request.schema, request.table, request.limit, request.policy)
+
+
+def _remove_filter(session: SessionQueue, request: FilterIdentity) -> bool:
+    session.check_token()
+    return store.remove_filter(session.client_id, request.types, request.schema, request.table)
+
+
+def _status(session: SessionQueue) -> Status:
+    info = store.client_status(session.client_id)
+    if info is None or not store.token_is_current(session.client_id, session.token):
+        raise StaleSession
+    acked = info["acked_seq"]
+    return Status(
+        client_id=session.client_id,
+        name=info["name"],
+        queue_size=max(0, info["last_seq"] - acked),
+        pending=max(0, info["delivered_seq"] - acked),
+        acked_seq=acked,
+        last_seq=info["last_seq"],
+        served=info["served"],
+        discarded=info["discarded"],
+        max_queue=info["max_queue"],
+        binlog_file=info["binlog_file"],
+        binlog_pos=info["binlog_pos"],
+        filters=[FilterInfo(*row) for row in info["filters"]],
+    )

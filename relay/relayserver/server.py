@@ -1,0 +1,217 @@
+"""The relay server: an asyncio TCP listener, its connections, their sessions, limits and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import time
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from django.db import DatabaseError
+
+from clientproto import accepted_keys
+from relay import store
+from relay.relayserver.connection import BUSY, IDLE, READING, WRITING, Connection
+from relay.relayserver.database import StoreThreads
+from relay.relayserver.history import HistoryRecorder
+from relay.relayserver.queues import SessionQueue
+from relay.relayserver.wakeup import Notifier, make_notifier
+
+log = logging.getLogger("relay.server")
+
+_AUTH_LOCKS = 64
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    address: str = "0.0.0.0"
+    port: int = 6001
+    #: Connections beyond this are closed as soon as they are accepted.
+    max_connections: int = 10_000
+    #: A connection that sends no request for this long is closed.
+    idle_timeout: float = 3600.0
+    #: A request whose payload does not arrive within this long, or whose reply the client does not read within
+    #: this long, closes its connection (a slow or stuck client costs only its own connection).
+    io_timeout: float = 60.0
+    #: Threads running store calls; each holds one store connection.
+    store_threads: int = 8
+    #: On SIGTERM/SIGINT, in-flight requests get this long to finish before their connections are cut.
+    shutdown_grace: float = 10.0
+
+
+class RelayServer:
+    def __init__(self, secret: str, options: ServerOptions | None = None) -> None:
+        self.keys = accepted_keys(secret)  # ValueError on an empty secret
+        self.options = options or ServerOptions()
+        #: POLLV2's InstanceID: this server's start time, unix seconds.
+        self.instance_id = int(time.time()) & 0xFFFFFFFF
+        self.stopping = False
+        self.threads = StoreThreads(self.options.store_threads)
+        self.history = HistoryRecorder(self.threads)
+        self.notifier: Notifier
+        self.connections: set[Connection] = set()
+        self._tasks: dict[Connection, asyncio.Task[None]] = {}
+        self._by_client: dict[int, Connection] = {}
+        self._auth_locks = [asyncio.Lock() for _ in range(_AUTH_LOCKS)]
+        self._session_closes: set[asyncio.Task[None]] = set()
+        self._listener: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._stop_requested: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop_requested = asyncio.Event()
+        self.notifier = make_notifier(self.threads)
+        await self.notifier.start()
+        self.history.start()
+        self._listener = await asyncio.start_server(
+            self._accept, self.options.address, self.options.port, reuse_address=True, backlog=1024
+        )
+        self._sweeper = asyncio.create_task(self._sweep(), name="relay-timeouts")
+        log.info(
+            "relay server listening on %s (instance %d)",
+            ", ".join(f"{a[0]}:{a[1]}" for a in self.addresses),
+            self.instance_id,
+        )
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        assert self._listener is not None
+        return [sock.getsockname()[:2] for sock in self._listener.sockets]
+
+    @property
+    def port(self) -> int:
+        return self.addresses[0][1]
+
+    def request_stop(self) -> None:
+        """Signal-safe from the loop's thread; from another thread use ``loop.call_soon_threadsafe``."""
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    async def serve_until_stopped(self) -> None:
+        assert self._stop_requested is not None
+        await self._stop_requested.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish and send their replies, mark the sessions disconnected."""
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("relay server stopping: %d connections", len(self.connections))
+        if self._listener is not None:
+            self._listener.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        await self.notifier.stop()  # long-polling FETCHes answer now (empty) instead of waiting out WaitMs
+        for conn, task in list(self._tasks.items()):
+            if conn.state == IDLE:
+                task.cancel()
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=5)
+        if self._session_closes:
+            await asyncio.wait(list(self._session_closes), timeout=10)
+        await self.history.stop()
+        await self.loop.run_in_executor(None, self.threads.shutdown)
+        log.info("relay server stopped")
+
+    # -- connections ----------------------------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.stopping or len(self.connections) >= self.options.max_connections:
+            log.warning(
+                "refusing a connection from %s: %d connections open",
+                writer.get_extra_info("peername"),
+                len(self.connections),
+            )
+            writer.close()
+            return
+        conn = Connection(self, reader, writer)
+        self.connections.add(conn)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks[conn] = task
+        try:
+            await conn.serve()
+        finally:
+            self.connections.discard(conn)
+            self._tasks.pop(conn, None)
+
+    def register(self, conn: Connection, client_id: int) -> None:
+        """``conn`` now holds the session of ``client_id``: an older connection of that client is closed."""
+        older = self._by_client.get(client_id)
+        self._by_client[client_id] = conn
+        if older is not None and older is not conn:
+            log.info("client %d authenticated again from %s: closing %s", client_id, conn.peer, older.peer)
+            older.kick()
+
+    def unregister(self, conn: Connection) -> None:
+        for client_id, holder in list(self._by_client.items()):
+            if holder is conn:
+                del self._by_client[client_id]
+
+    def session_ended(self, conn: Connection, session: SessionQueue) -> None:
+        """Marks the client disconnected in the store, unless a newer session (any process) took over."""
+        if self._by_client.get(session.client_id) is conn:
+            del self._by_client[session.client_id]
+        task = self.loop.create_task(self._close_session(session))
+        self._session_closes.add(task)
+        task.add_done_callback(self._session_closes.discard)
+
+    async def _close_session(self, session: SessionQueue) -> None:
+        try:
+            await self.threads.run(store.close_session, session.client_id, session.token)
+        except (DatabaseError, RuntimeError) as exc:  # RuntimeError: the store threads are already shut down
+            log.warning("could not mark client %d disconnected: %s", session.client_id, exc)
+
+    @contextlib.asynccontextmanager
+    async def auth_lock(self, name: str) -> AsyncIterator[None]:
+        """AUTHs of one name run one at a time, so the newest session in the store is the one registered here."""
+        async with self._auth_locks[zlib.crc32(name.encode("utf-8")) % _AUTH_LOCKS]:
+            yield
+
+    async def _sweep(self) -> None:
+        """Closes idle connections and those stuck mid-request (a slow client costs only its own connection)."""
+        options = self.options
+        interval = max(0.05, min(1.0, options.idle_timeout / 4, options.io_timeout / 4))
+        while True:
+            await asyncio.sleep(interval)
+            now = self.loop.time()
+            for conn in list(self.connections):
+                limit = {IDLE: options.idle_timeout, READING: options.io_timeout, WRITING: options.io_timeout}.get(
+                    conn.state
+                )
+                if conn.state != BUSY and limit is not None and now - conn.since > limit:
+                    log.info("connection %s: %s for %.0fs; closing", conn.peer, conn.state, now - conn.since)
+                    task = self._tasks.get(conn)
+                    conn.closing = True
+                    if task is not None:
+                        task.cancel()
+
+
+async def serve(secret: str, options: ServerOptions, *, install_signals: bool = True) -> None:
+    """Runs a relay server until SIGTERM or SIGINT (the body of ``manage.py runrelay``)."""
+    server = RelayServer(secret, options)
+    await server.start()
+    if install_signals:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, server.request_stop)
+    await server.serve_until_stopped()

@@ -1,0 +1,196 @@
+"""Long-poll wake-up: tell waiting FETCHes as soon as the worker commits new queue entries.
+
+On PostgreSQL the worker runs ``pg_notify('relay_queues', '')`` inside each batch transaction that queued entries;
+the notification is delivered at commit. The server LISTENs on a dedicated psycopg2 connection watched by the event
+loop (``add_reader``), so a waiter wakes within a millisecond of the commit. Every notification bumps a generation
+number: a waiter takes the generation *before* it reads its queue, so a commit between its read and its wait still
+wakes it.
+
+On SQLite there is no notification: while someone waits, one task reads the newest seq of every waiting client's
+queue (one indexed query) every :data:`SQLITE_INTERVAL` seconds and wakes the clients whose queue grew past what
+they saw. Nobody waiting, no queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from django.db import DatabaseError, connections
+
+from relay import store
+from relay.ingest import QUEUE_CHANNEL
+from relay.relayserver.database import StoreThreads
+
+log = logging.getLogger("relay.server")
+
+SQLITE_INTERVAL = 0.01
+#: However the wake-up works, a waiter re-reads its queue at least this often (a lost notification costs no more).
+SAFETY_INTERVAL = 1.0
+_RECONNECT_DELAY = 1.0
+
+
+class Waiter:
+    """One long-polling request: the client, the newest seq it saw, the generation it saw."""
+
+    __slots__ = ("client_id", "event", "generation", "seen_last")
+
+    def __init__(self, client_id: int, seen_last: int, generation: int) -> None:
+        self.client_id = client_id
+        self.seen_last = seen_last
+        self.generation = generation
+        self.event = asyncio.Event()
+
+
+class Notifier:
+    """The common part: waiters and the generation number."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._waiters: set[Waiter] = set()
+        self._stopped = False
+
+    async def start(self) -> None:
+        """Begins watching the store."""
+
+    async def stop(self) -> None:
+        """Stops watching and wakes every waiter (the server is shutting down)."""
+        self._stopped = True
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        self.generation += 1
+        for waiter in self._waiters:
+            waiter.event.set()
+
+    async def wait(self, waiter: Waiter, timeout: float) -> None:
+        """Returns when the waiter's queue may have grown, when ``timeout`` passes, or when stopping."""
+        if self._stopped or waiter.generation != self.generation:
+            return
+        self._waiters.add(waiter)
+        self._waiter_added()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.event.wait(), min(timeout, SAFETY_INTERVAL))
+        finally:
+            self._waiters.discard(waiter)
+
+    def _waiter_added(self) -> None:
+        pass
+
+
+class PostgresNotifier(Notifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self._conn: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._connect)
+        loop.add_reader(self._conn.fileno(), self._on_readable)
+        self._task = asyncio.create_task(self._supervise(), name="relay-listen")
+
+    def _connect(self) -> None:
+        import psycopg2
+        import psycopg2.extensions
+
+        wrapper = connections["default"]
+        params = wrapper.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)  # psycopg 3 only
+        conn = psycopg2.connect(**params)
+        conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
+        with conn.cursor() as cursor:
+            cursor.execute(f"LISTEN {QUEUE_CHANNEL}")
+        self._conn = conn
+
+    def _on_readable(self) -> None:
+        conn = self._conn
+        try:
+            conn.poll()
+        except Exception as exc:  # noqa: BLE001 - a dead LISTEN connection is replaced by _supervise
+            log.warning("LISTEN %s connection failed: %s", QUEUE_CHANNEL, exc)
+            self._drop()
+            return
+        if conn.notifies:
+            conn.notifies.clear()
+            self._wake_all()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(conn.fileno())
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._wake_all()  # waiters re-read now rather than miss a commit while no one listens
+
+    async def _supervise(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopped:
+            if self._conn is None:
+                try:
+                    await loop.run_in_executor(None, self._connect)
+                except Exception as exc:  # noqa: BLE001 - retried; waiters fall back to SAFETY_INTERVAL
+                    log.warning("cannot LISTEN %s: %s; retrying", QUEUE_CHANNEL, exc)
+                    await asyncio.sleep(_RECONNECT_DELAY)
+                    continue
+                loop.add_reader(self._conn.fileno(), self._on_readable)
+                self._wake_all()
+            # Nothing to do until the connection drops; check now and then that it still lives.
+            await asyncio.sleep(_RECONNECT_DELAY)
+            if self._conn is not None and self._conn.closed:
+                self._drop()
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._drop()
+
+
+class PollingNotifier(Notifier):
+    """SQLite: poll the waiting clients' last_seq while anybody waits."""
+
+    def __init__(self, threads: StoreThreads, interval: float = SQLITE_INTERVAL) -> None:
+        super().__init__()
+        self._threads = threads
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    def _waiter_added(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._watch(), name="relay-queue-watch")
+
+    async def _watch(self) -> None:
+        while self._waiters and not self._stopped:
+            await asyncio.sleep(self._interval)
+            waiters = list(self._waiters)
+            if not waiters:
+                break
+            try:
+                lasts = await self._threads.run(store.last_seqs, sorted({w.client_id for w in waiters}))
+            except DatabaseError as exc:
+                log.warning("queue watch failed: %s", exc)
+                continue
+            for waiter in waiters:
+                if lasts.get(waiter.client_id, 0) > waiter.seen_last:
+                    waiter.event.set()
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+def make_notifier(threads: StoreThreads) -> Notifier:
+    if connections["default"].vendor == "postgresql":
+        return PostgresNotifier()
+    return PollingNotifier(threads)

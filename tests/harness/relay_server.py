@@ -1,0 +1,172 @@
+"""The relay server in a background thread of the test process, raw-socket helpers, and a queue filler."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connection, transaction
+
+from clientproto import LEGACY_VERSION, REPLY_HEADER_SIZE, decode_reply_header, encode_request, verify_reply
+from relay import rowcodec
+from relay.ingest import QUEUE_CHANNEL
+from relay.models import Change, QueueEntry, QueueState
+from relay.relayserver import RelayServer, ServerOptions
+
+SECRET = "Freedelity"
+
+
+class ServerThread:
+    """A RelayServer on 127.0.0.1 and an ephemeral port, with its own event loop in a thread."""
+
+    def __init__(self, secret: str = SECRET, **options: Any) -> None:
+        self.secret = secret
+        self.options = ServerOptions(address="127.0.0.1", port=0, **options)
+        self.server: RelayServer | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="relay-server-test", daemon=True)
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+            self._error = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self.server = RelayServer(self.secret, self.options)
+        await self.server.start()
+        self.loop = asyncio.get_running_loop()
+        self._ready.set()
+        await self.server.serve_until_stopped()
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.port
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.loop is not None and self._thread.is_alive():
+            assert self.server is not None
+            self.loop.call_soon_threadsafe(self.server.request_stop)
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the relay server did not stop"
+
+    def connect(self, timeout: float = 10) -> RawClient:
+        return RawClient(socket.create_connection(("127.0.0.1", self.port), timeout=timeout))
+
+
+class RawClient:
+    """Hand-made frames over a real socket; replies read exactly as the PHP client does (header, then payload)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+        self.client_id = 0
+        self.token = 0
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_exactly(self, size: int) -> bytes:
+        chunks = []
+        while size:
+            chunk = self.sock.recv(size)
+            if not chunk:
+                raise ConnectionResetError(f"closed with {size} bytes still expected")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def reply(self) -> bytes:
+        """One whole reply frame (header and payload) as raw bytes."""
+        head = self.recv_exactly(REPLY_HEADER_SIZE)
+        header = decode_reply_header(head)
+        body = self.recv_exactly(header.payload_size) if header.payload_size else b""
+        verify_reply(header, body)
+        return head + body
+
+    def request(self, command: int, payload: bytes = b"", **fields: Any) -> tuple[int, bytes]:
+        """Sends a request with this client's session; returns (result, payload)."""
+        fields.setdefault("client_id", self.client_id)
+        fields.setdefault("token", self.token)
+        fields.setdefault("version", LEGACY_VERSION)
+        self.send(encode_request(command, payload, **fields))
+        frame = self.reply()
+        return frame[0], frame[REPLY_HEADER_SIZE:]
+
+    def closed_by_peer(self, timeout: float = 5) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def enqueue(
+    client_id: int,
+    rows: Sequence[dict[str, Any]],
+    *,
+    schema: str = "shop",
+    table: str = "orders",
+    kind: int = 1,
+    binlog_file: str = "mysql-bin.000042",
+    timestamp: int = 1_700_000_000,
+    pos: int = 4000,
+    before: Sequence[dict[str, Any]] | None = None,
+    notify: bool = True,
+) -> list[int]:
+    """Appends changes to a client's queue in one transaction, as the worker does (and notifies on PostgreSQL).
+
+    ``rows`` are the after images (the before images for kind 4); ``before`` the before images of updates.
+    Returns the sequence numbers given.
+    """
+    seqs = []
+    with transaction.atomic():
+        state, _ = QueueState.objects.select_for_update().get_or_create(client_id=client_id)
+        for index, row in enumerate(rows):
+            names = list(row)
+            values = [row[name] for name in names]
+            if kind == 1:
+                data = rowcodec.encode(names, None, values)
+            elif kind == 4:
+                data = rowcodec.encode(names, values, None)
+            else:
+                assert before is not None
+                data = rowcodec.encode(names, [before[index][name] for name in names], values)
+            change = Change.objects.create(
+                schema_name=schema,
+                table_name=table,
+                kind=kind,
+                binlog_file=binlog_file,
+                binlog_pos=pos + index,
+                row_index=index,
+                timestamp=timestamp,
+                gtid=f"0-1-{index + 1}",
+                data=data,
+            )
+            state.last_seq += 1
+            QueueEntry.objects.create(client_id=client_id, seq=state.last_seq, change=change)
+            seqs.append(state.last_seq)
+        state.save()
+        if notify and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
+    return seqs

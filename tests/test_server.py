@@ -1,0 +1,514 @@
+"""The relay server over real sockets: the original's bytes, every error path, sessions, POLL, POLLV2 and FETCH."""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from clientproto import (
+    BAD_CHECKSUM_REPLY,
+    EMPTY_REPLY,
+    MAX_PAYLOAD,
+    Command,
+    RelayClient,
+    Result,
+    accepted_keys,
+    bad_session_reply,
+    decode_ack_reply,
+    decode_fetch_reply,
+    decode_poll_reply,
+    decode_pollv2_reply,
+    encode_ack,
+    encode_addfilter,
+    encode_auth,
+    encode_fetch,
+    encode_reply,
+    encode_request,
+    php_key,
+    server_key,
+)
+from relay.models import Client, Filter, ServedEvent
+from tests.harness.relay_server import SECRET, RawClient, ServerThread, enqueue
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PING_REQUEST = bytes.fromhex("01000000000000002000010000000000000000002100010000000000 00000000".replace(" ", ""))
+PING_REPLY = bytes.fromhex("00050000003901000050 4f4e4700".replace(" ", ""))
+AUTH_REQUEST = bytes.fromhex(
+    "020000001e000000200001000000000000000000570801000000000000000000"
+    "7f56d9c6a946f20b00000000000000000a000000746573742d7465737400"
+)
+AUTH_REQUEST_PHP = bytes.fromhex(
+    "020000001e0000000400010000000000000000005c0701000000000000000000"
+    "e85c3b9a74760e7000000000000000000a000000746573742d7465737400"
+)
+BAD_CHECKSUM_PING = bytes.fromhex("0100000000000000200001000000000000000000200001000000000000000000")
+BAD_CHECKSUM_BYTES = bytes.fromhex("ff110000002a070000") + b"Invalid Checksum\x00"
+NO_SESSION_POLL = bytes.fromhex("0400000000000000200001000000000000000000240001000000000000000000")
+NO_SESSION_REPLY = bytes.fromhex(
+    "fb 51 00 00 00 c6 1b 00 00 43 6c 69 65 6e 74 49 44 20 30 20 2f 20 43 6c 69 65 6e 74 54 6f 6b 65"
+    "6e 20 30 78 30 30 30 30 30 30 30 30 20 69 73 20 6e 6f 74 20 74 68 69 73 20 63 6f 6e 6e 65 63 74"
+    "69 6f 6e 27 73 20 73 65 73 73 69 6f 6e 3a 20 41 55 54 48 20 66 69 72 73 74 00"
+)
+
+
+@pytest.fixture
+def relay() -> Iterator[ServerThread]:
+    server = ServerThread().start()
+    yield server
+    server.stop()
+
+
+def authed(relay: ServerThread, name: str = "test-test") -> RawClient:
+    client = relay.connect()
+    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), name))
+    assert result == Result.OK
+    _, client.token, client.client_id = struct.unpack("<QII", payload)
+    return client
+
+
+def expected_auth_reply(key: int, name: str = "test-test") -> bytes:
+    client = Client.objects.get(name=name)
+    return encode_reply(Result.OK, struct.pack("<QII", key, client.token, client.id))
+
+
+# -- the original's bytes -------------------------------------------------------------------------------------------
+
+
+def test_ping_is_answered_byte_for_byte_without_a_session(relay: ServerThread) -> None:
+    client = relay.connect()
+    client.send(PING_REQUEST)
+    assert client.reply() == PING_REPLY
+    # Clients PING with the values of an earlier session too: still answered.
+    client.send(encode_request(Command.PING, client_id=7, token=0xDEADBEEF))
+    assert client.reply() == PING_REPLY
+
+
+def test_auth_with_the_original_key_then_the_php_key(relay: ServerThread) -> None:
+    client = relay.connect()
+    client.send(AUTH_REQUEST)
+    reply = client.reply()
+    assert reply[:5] == bytes.fromhex("0010000000")
+    assert reply[9:17] == bytes.fromhex("7f56d9c6a946f20b")  # the key, echoed
+    assert reply == expected_auth_reply(0x0BF246A9C6D9567F)
+    first = Client.objects.get(name="test-test")
+    assert first.connected and first.remote_address.startswith("127.0.0.1:")
+
+    php = relay.connect()
+    php.send(AUTH_REQUEST_PHP)
+    reply = php.reply()
+    assert reply == expected_auth_reply(0x700E76749A3B5CE8)
+    again = Client.objects.get(name="test-test")
+    assert again.id == first.id  # same name, same ClientID
+    assert again.token != first.token  # each AUTH a new token
+    # The newer connection for the name closed the older one.
+    assert client.closed_by_peer()
+
+
+def test_auth_accepts_keys_with_bit_63_cleared() -> None:
+    relay = ServerThread(secret="AdminPassword").start()
+    try:
+        client = relay.connect()
+        for key in (0x7DE0CA17370C9025, 0xFDE0CA17370C9025, php_key("AdminPassword")):
+            result, payload = client.request(Command.AUTH, encode_auth(key, "php-client"))
+            assert result == Result.OK and struct.unpack("<Q", payload[:8])[0] == key
+        assert 0x7DE0CA17370C9025 in accepted_keys("AdminPassword")
+    finally:
+        relay.stop()
+
+
+def test_wrong_secret_or_empty_name_is_refused_with_the_original_layout(relay: ServerThread) -> None:
+    client = relay.connect()
+    client.send(encode_request(Command.AUTH, encode_auth(0x1122334455667788, "test-test")))
+    assert client.reply() == bytes.fromhex("ff1000000073030000887766554433221100000000 00000000".replace(" ", ""))
+    result, payload = client.request(Command.AUTH, struct.pack("<QIII", server_key(SECRET), 0, 0, 1) + b"\x00")
+    assert result == Result.AUTH_FAILED and payload[8:] == bytes(8)
+    client.send(PING_REQUEST)
+    assert client.reply() == PING_REPLY  # a refused AUTH keeps the connection
+    assert not Client.objects.exists()
+    # An unauthenticated connection cannot poll.
+    client.send(NO_SESSION_POLL)
+    assert client.reply() == NO_SESSION_REPLY
+
+
+def test_bad_checksum_gets_the_original_reply_then_a_close(relay: ServerThread) -> None:
+    client = relay.connect()
+    client.send(BAD_CHECKSUM_PING)
+    assert client.reply() == BAD_CHECKSUM_BYTES == BAD_CHECKSUM_REPLY
+    assert client.closed_by_peer()
+
+
+# -- sessions -------------------------------------------------------------------------------------------------------
+
+
+def test_every_request_after_auth_needs_the_session_of_its_connection(relay: ServerThread) -> None:
+    client = authed(relay)
+    other = authed(relay, "other")
+    assert client.request(Command.POLL)[0] == Result.EMPTY
+    for client_id, token in ((client.client_id, 0), (client.client_id, client.token ^ 1), (other.client_id, 0)):
+        client.send(encode_request(Command.POLL, client_id=client_id, token=token))
+        assert client.reply() == bad_session_reply(client_id, token)
+    # Another connection's valid session is not this connection's session.
+    client.send(encode_request(Command.POLL, client_id=other.client_id, token=other.token))
+    assert client.reply()[0] == Result.BAD_SESSION
+    for command in (Command.ADDFILTER, Command.FETCH, Command.ACK, Command.REMOVEFILTER, Command.STATUS):
+        assert client.request(command, b"", token=0)[0] == Result.BAD_SESSION
+    assert client.request(Command.POLL)[0] == Result.EMPTY  # still usable with the right session
+
+
+def test_a_session_replaced_elsewhere_gets_0xfb(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": "1"}])
+    # A newer session opened by another relay process: only the store knows.
+    Client.objects.filter(id=client.client_id).update(token=12345)
+    assert client.request(Command.POLL)[0] == Result.BAD_SESSION
+    assert client.request(Command.PING)[0] == Result.OK
+    result, _ = client.request(Command.AUTH, encode_auth(server_key(SECRET), "test-test"), client_id=0, token=0)
+    assert result == Result.OK  # and it can start again
+
+
+def test_disconnect_marks_the_client_disconnected(relay: ServerThread) -> None:
+    client = authed(relay)
+    assert Client.objects.get(id=client.client_id).connected
+    client.close()
+    deadline = time.monotonic() + 5
+    while Client.objects.get(id=client.client_id).connected:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+# -- error paths ----------------------------------------------------------------------------------------------------
+
+
+def test_unknown_command_gets_0xfd_and_the_connection_stays_usable(relay: ServerThread) -> None:
+    client = authed(relay)
+    client.send(encode_request(0x42, client_id=client.client_id, token=client.token))
+    assert client.reply() == bytes.fromhex("fd1a000000b0090000636f6d6d616e642030783030343220697320756e6b6e6f776e00")
+    assert client.request(Command.POLL)[0] == Result.EMPTY
+
+
+def test_malformed_and_truncated_payloads_get_0xfa_with_a_message(relay: ServerThread) -> None:
+    client = authed(relay)
+    bad_filter = bytes.fromhex("00 00 00 00 00 00 05 00 00 00 73 68 6f 70 00 07 00 00 00 6f 72 64 65 72 73 00")
+    result, payload = client.request(Command.ADDFILTER, bad_filter)
+    assert result == Result.MALFORMED
+    assert payload == b"ADDFILTER: FilterType 0x00 at offset 0 is not a non-empty mask of 0x01|0x02|0x04\x00"
+    truncated = encode_addfilter(1, "shop", "orders")[:-3]
+    result, payload = client.request(Command.ADDFILTER, truncated)
+    assert result == Result.MALFORMED and b"TableName" in payload and payload.endswith(b"\x00")
+    result, payload = client.request(Command.AUTH, b"\x01\x02\x03", client_id=0, token=0)
+    assert result == Result.MALFORMED and payload.startswith(b"AUTH: ")
+    result, payload = client.request(Command.FETCH, encode_fetch(0, 0))
+    assert result == Result.MALFORMED and b"MaxEvents 0" in payload
+    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), "x" * 300), client_id=0, token=0)
+    assert result == Result.MALFORMED and b"limit is 255" in payload
+    assert client.request(Command.POLL)[0] == Result.EMPTY
+    assert not Filter.objects.exists()
+
+
+def test_payload_over_the_limit_gets_0xfa_and_a_close(relay: ServerThread) -> None:
+    client = relay.connect()
+    header = struct.pack("<HHIIIIIII", Command.AUTH, 0, MAX_PAYLOAD + 1, 0, 0, 0, 0, 0, 0)
+    client.send(header)
+    result = client.reply()
+    assert result[0] == Result.MALFORMED and b"over the limit of 1048576" in result
+    assert client.closed_by_peer()
+    # Exactly the limit is read (and here refused as a bad AUTH, on a connection that stays open).
+    client = relay.connect()
+    assert client.request(Command.AUTH, bytes(MAX_PAYLOAD))[0] == Result.MALFORMED
+
+
+def test_clients_that_disconnect_mid_request_cost_nothing(relay: ServerThread) -> None:
+    for partial in (PING_REQUEST[:10], encode_request(Command.AUTH, encode_auth(1, "x"))[:40], AUTH_REQUEST[:32]):
+        client = relay.connect()
+        client.send(partial)
+        client.close()
+    client = authed(relay)
+    client.send(encode_request(Command.FETCH, encode_fetch(10, 2000), client_id=client.client_id, token=client.token))
+    client.close()  # gone in the middle of a long-poll
+    probe = relay.connect()
+    probe.send(PING_REQUEST)
+    assert probe.reply() == PING_REPLY
+
+
+def test_random_garbage_never_disturbs_a_well_behaved_client(relay: ServerThread) -> None:
+    good = authed(relay, "good")
+    enqueue(good.client_id, [{"id": str(i)} for i in range(200)])
+    served: list[int] = []
+    latencies: list[float] = []
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def well_behaved() -> None:
+        deadline = time.monotonic() + 120
+        try:
+            while not (done.is_set() and len(served) == 200) and time.monotonic() < deadline:
+                started = time.monotonic()
+                result, payload = good.request(Command.POLL)
+                latencies.append(time.monotonic() - started)
+                if result == Result.OK:
+                    served.append(int(decode_poll_reply(payload).columns[0].after))
+                else:
+                    assert result == Result.EMPTY
+                    assert good.request(Command.PING) == (Result.OK, b"PONG\x00")
+                time.sleep(0.005)  # a steady client, served throughout the garbage
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    worker = threading.Thread(target=well_behaved)
+    worker.start()
+    rng = random.Random(5)
+    garbage = relay.connect(timeout=5)
+    closes = 0
+    try:
+        for i in range(1000):
+            kind = i % 4
+            if kind == 0:  # pure noise: usually a bad checksum or an oversized PayloadSize
+                frame = rng.randbytes(32 + rng.randrange(64))
+            elif kind == 1:  # a valid frame of a random command with a random payload
+                frame = encode_request(rng.randrange(0x20), rng.randbytes(rng.randrange(40)))
+            elif kind == 2:  # a known command, valid checksum, random ids
+                frame = encode_request(
+                    rng.choice(list(Command)), rng.randbytes(rng.randrange(30)), client_id=rng.randrange(5), token=1
+                )
+            else:  # a checksum off by one
+                frame = bytearray(encode_request(rng.choice(list(Command)), rng.randbytes(rng.randrange(30))))
+                frame[20] ^= 1
+                frame = bytes(frame)
+            try:
+                garbage.send(frame)
+                garbage.sock.settimeout(0.5)
+                garbage.reply()
+            except (OSError, ValueError, Exception):  # noqa: BLE001 - closed, timed out or a reply we cut short
+                garbage.close()
+                closes += 1
+                garbage = relay.connect(timeout=5)
+    finally:
+        done.set()
+        worker.join(30)
+    assert not failures, failures
+    assert closes > 0
+    assert max(latencies) < 2.0
+    assert served == list(range(len(served))) and len(served) == 200  # in order, none lost, none twice
+    probe = relay.connect()
+    probe.send(PING_REQUEST)
+    assert probe.reply() == PING_REPLY
+
+
+def test_connection_limit_and_idle_timeout() -> None:
+    relay = ServerThread(max_connections=2, idle_timeout=0.3).start()
+    try:
+        first, second = relay.connect(), relay.connect()
+        for client in (first, second):
+            client.send(PING_REQUEST)
+            assert client.reply() == PING_REPLY
+        third = relay.connect()
+        assert third.closed_by_peer()
+        assert first.closed_by_peer(timeout=3)  # idle for longer than 0.3 s
+    finally:
+        relay.stop()
+
+
+# -- POLL and POLLV2 -----------------------------------------------------------------------------------------------
+
+
+def test_poll_delivers_one_event_per_reply_and_removes_exactly_it(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": "42", "note": None, "city": "Liège"}, {"id": "43", "note": "NULL", "city": ""}])
+    enqueue(client.client_id, [{"id": "42", "note": "x", "city": None}], kind=4)
+    enqueue(
+        client.client_id,
+        [{"id": "43", "note": "new", "city": "b"}],
+        kind=2,
+        before=[{"id": "43", "note": None, "city": "a"}],
+    )
+    sizes = []
+    events = []
+    for _ in range(4):
+        result, payload = client.request(Command.POLL)
+        assert result == Result.OK
+        event = decode_poll_reply(payload)
+        events.append(event)
+        sizes.append(event.queue_size)
+        client_row = Client.objects.get(id=client.client_id)
+        assert client_row.acked_seq == len(events)  # exactly one removed per reply
+    assert sizes == [3, 2, 1, 0]
+    assert client.request(Command.POLL) == (Result.EMPTY, b"")
+    first = events[0]
+    assert first.event_type == 1 and first.schema == "shop" and first.table == "orders"
+    assert first.position == (1_700_000_000 << 32) | 4000
+    assert [(c.name, c.before, c.after) for c in first.columns] == [
+        ("id", b"", b"42"),
+        ("note", b"", b"NULL"),
+        ("city", b"", "Liège".encode()),
+    ]
+    assert events[1].position == (1_700_000_000 << 32) | 4001
+    assert [(c.before, c.after) for c in events[2].columns] == [(b"42", b""), (b"x", b""), (b"NULL", b"")]
+    assert [(c.before, c.after) for c in events[3].columns] == [(b"43", b"43"), (b"NULL", b"new"), (b"a", b"b")]
+    # The exact bytes of a POLL reply (the worked example's event, queue size 0).
+    client.request(Command.PING)
+    enqueue(client.client_id, [{"id": "42", "note": None, "city": "Liège"}], pos=4242)
+    client.send(encode_request(Command.POLL, client_id=client.client_id, token=client.token))
+    expected = bytes.fromhex(
+        "0068000000f40f00000192100000 00f1536500000000 05000000 73686f7000 07000000 6f726465727300 03000000"
+        "03000000 696400 01000000 00 03000000 343200 05000000 6e6f746500 01000000 00 05000000 4e554c4c00"
+        "05000000 6369747900 01000000 00 07000000 4c69c3a8676500".replace(" ", "")
+    )
+    assert client.reply() == expected
+    client_row = Client.objects.get(id=client.client_id)
+    assert client_row.served == 5
+    wait_until(lambda: ServedEvent.objects.filter(client_id=client.client_id).count() == 5)
+
+
+def test_pollv2_carries_the_instance_id_and_zero_name_ids(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": "42", "note": None}])
+    result, payload = client.request(Command.POLLV2)
+    assert result == Result.OK
+    event = decode_pollv2_reply(payload)
+    assert relay.server is not None
+    assert event.instance_id == relay.server.instance_id and abs(event.instance_id - time.time()) < 60
+    assert payload[17:21] == bytes(4)  # SchemaNameID
+    assert [(c.name, c.after) for c in event.columns] == [("id", b"42"), ("note", b"NULL")]
+    assert event.queue_size == 0 and event.position == (1_700_000_000 << 32) | 4000
+
+
+def test_the_worker_unqueueing_under_a_poll_session_is_noticed(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": str(i)} for i in range(10)])
+    assert decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after == b"0"  # read-ahead now holds 1..9
+    Client.objects.filter(id=client.client_id).update(acked_seq=5)  # the unqueue-oldest policy dropped 2..5
+    assert decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after == b"5"
+
+
+# -- FETCH, ACK, STATUS, filters -----------------------------------------------------------------------------------
+
+
+def fetch(client: RawClient, max_events: int = 100, wait_ms: int = 0, manual: bool = False, ack_upto: int = 0):
+    result, payload = client.request(
+        Command.FETCH, encode_fetch(max_events, wait_ms, manual_ack=manual, ack_upto=ack_upto)
+    )
+    if result == Result.EMPTY:
+        assert payload == b""
+        return None
+    assert result == Result.OK, payload
+    return decode_fetch_reply(payload)
+
+
+def test_fetch_auto_ack_batches(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": str(i), "v": None if i % 2 else "NULL"} for i in range(25)])
+    reply = fetch(client, 10)
+    assert [e.seq for e in reply.events] == list(range(1, 11)) and reply.queue_size == 15
+    first = reply.events[0]
+    assert (first.file, first.pos, first.row, first.timestamp, first.gtid) == (
+        "mysql-bin.000042",
+        4000,
+        0,
+        1_700_000_000,
+        "0-1-1",
+    )
+    assert first.after() == {"id": b"0", "v": b"NULL"} and reply.events[1].after() == {"id": b"1", "v": None}
+    reply = fetch(client, 100)
+    assert [e.seq for e in reply.events] == list(range(11, 26)) and reply.queue_size == 0
+    assert fetch(client) is None
+    assert Client.objects.get(id=client.client_id).acked_seq == 25
+
+
+def test_manual_ack_client_killed_before_acking_gets_the_same_events_again(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": str(i)} for i in range(6)])
+    first = fetch(client, 4, manual=True)
+    assert [e.seq for e in first.events] == [1, 2, 3, 4] and first.queue_size == 2
+    second = fetch(client, 4, manual=True, ack_upto=2)  # acknowledges 1..2, continues after 4
+    assert [e.seq for e in second.events] == [5, 6]
+    client.close()  # killed before acknowledging 3..6
+    again = authed(relay)
+    assert again.client_id == client.client_id
+    replay = fetch(again, 10, manual=True)
+    assert [e.seq for e in replay.events] == [3, 4, 5, 6]
+    assert [e.after()["id"] for e in replay.events] == [e.after()["id"] for e in first.events[2:] + second.events]
+    assert decode_ack_reply(again.request(Command.ACK, encode_ack(6))[1]) == decode_ack_reply(struct.pack("<QQ", 6, 4))
+    assert decode_ack_reply(again.request(Command.ACK, encode_ack(6))[1]).removed == 0  # idempotent
+    assert fetch(again, 10, manual=True) is None
+
+
+def test_long_poll_fetch_wakes_on_commit(relay: ServerThread) -> None:
+    client = authed(relay)
+    delays = []
+    for round_ in range(5):
+        committed_at: list[float] = []
+
+        def commit(n: int = round_, committed_at: list[float] = committed_at) -> None:
+            time.sleep(0.2)
+            enqueue(client.client_id, [{"id": str(n)}])
+            committed_at.append(time.monotonic())
+
+        writer = threading.Thread(target=commit)
+        started = time.monotonic()
+        writer.start()
+        reply = fetch(client, 10, wait_ms=5000)
+        received = time.monotonic()
+        writer.join()
+        assert reply is not None and reply.events[0].after() == {"id": str(round_).encode()}
+        assert received - started >= 0.19
+        delays.append(received - committed_at[0])
+    assert max(delays) < 0.05, delays
+    # With nothing committed the wait runs out and the reply is empty.
+    started = time.monotonic()
+    assert fetch(client, 10, wait_ms=300) is None
+    assert 0.29 <= time.monotonic() - started < 1.5
+
+
+def test_filters_status_and_the_python_client(relay: ServerThread) -> None:
+    with RelayClient("127.0.0.1", relay.port, SECRET, "py", timeout=10) as py:
+        py.add_filter("IU", "shop", "orders", 1000, 1)
+        py.add_filter("IU", "shop", "orders", 500, 2)  # same identity: updates
+        py.add_filter("D", "shop", "*")
+        assert sorted(Filter.objects.values_list("event_mask", "queue_limit", "discard_policy")) == [
+            (3, 500, 2),
+            (4, 0, 0),
+        ]
+        assert py.remove_filter("D", "shop", "*") and not py.remove_filter("D", "shop", "*")
+        enqueue(py.client_id, [{"id": str(i)} for i in range(5)])
+        events = py.fetch(3, manual_ack=True)
+        status = py.status()
+        assert (status.client_id, status.name, status.queue_size, status.pending, status.last_seq) == (
+            py.client_id,
+            "py",
+            5,
+            3,
+            5,
+        )
+        assert [(f.types, f.policy, f.limit, f.schema, f.table) for f in status.filters] == [
+            (3, 2, 500, "shop", "orders")
+        ]
+        seen = [e.seq for e in events] + [e.seq for e in py.events(batch=2, wait_ms=0, stop_when_idle=True)]
+        assert seen == [1, 2, 3, 4, 5]
+        assert py.status().queue_size == 0
+        assert py.poll() is None
+
+
+def test_shutdown_answers_in_flight_long_polls_and_marks_sessions_disconnected() -> None:
+    relay = ServerThread().start()
+    client = authed(relay)
+    client.send(encode_request(Command.FETCH, encode_fetch(10, 30_000), client_id=client.client_id, token=client.token))
+    time.sleep(0.2)
+    started = time.monotonic()
+    relay.stop()
+    assert time.monotonic() - started < 5
+    assert client.reply() == EMPTY_REPLY
+    assert client.closed_by_peer()
+    assert not Client.objects.get(id=client.client_id).connected
+
+
+def wait_until(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
