@@ -1,0 +1,7 @@
+"""``python -m binlog``: see binlog.cli."""
+
+import sys
+
+from binlog.cli import main
+
+sys.exit(main())
