@@ -386,14 +386,18 @@ def advance_head(client_id: int, token: int, expected_acked: int, new_acked: int
     return None if row is None else (row[0] or 0)
 
 
-def mark_delivered(client_id: int, token: int, delivered_seq: int, served: int) -> bool:
-    """Records that a manual-ack session was sent everything up to ``delivered_seq``; False if the token is stale."""
+def sync_session(client_id: int, token: int, acked_seq: int, delivered_seq: int, served: int) -> bool:
+    """Writes what a session delivered since its last sync: the head (auto-ack), the manual-ack cursor, the count.
+
+    Both only move forward (a newer value in the store, from the worker's unqueue-oldest policy or an ACK, wins).
+    False when the token is no longer the client's current one: a newer session took over and nothing is written.
+    """
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {_table(Client)} SET"
+            f"UPDATE {_table(Client)} SET acked_seq = CASE WHEN acked_seq > %s THEN acked_seq ELSE %s END,"
             f" delivered_seq = CASE WHEN delivered_seq > %s THEN delivered_seq ELSE %s END,"
             f" served = served + %s, last_seen = %s WHERE id = %s AND token = %s",
-            [delivered_seq, delivered_seq, served, _now(), client_id, token],
+            [acked_seq, acked_seq, delivered_seq, delivered_seq, served, _now(), client_id, token],
         )
         return cursor.rowcount > 0
 

@@ -101,6 +101,8 @@ class Connection:
                 if reply:
                     self._enter(WRITING)
                     await self._send(reply)
+                if self.session is not None:
+                    self.session.schedule_sync()  # what the reply delivered is written now, behind it
                 if close:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -162,13 +164,14 @@ class Connection:
                 return await self._fetch(session, request)
             if command == Command.ACK:
                 assert isinstance(request, AckRequest)
-                acked, removed = await self.server.threads.run(session.ack, request.seq)
+                acked, removed = await session.ack(request.seq)
                 return ack_reply(acked, removed)
             if command == Command.ADDFILTER:
                 assert isinstance(request, AddFilterRequest)
                 return await self._add_filter(session, request)
             if command == Command.REMOVEFILTER:
                 assert isinstance(request, FilterIdentity)
+                await session.check()
                 removed = await self.server.threads.run(_remove_filter, session, request)
                 return removefilter_reply(removed)
             if command == Command.STATUS:
@@ -201,14 +204,16 @@ class Connection:
                 log.warning("connection %s: AUTH failed in the store: %s", self.peer, exc)
                 raise _Close from exc
             previous = self.session
-            self.session = SessionQueue(opened.client_id, opened.token, instance_id=self.server.instance_id)
+            self.session = SessionQueue(
+                opened.client_id, opened.token, self.server.threads, instance_id=self.server.instance_id
+            )
             if previous is not None and previous.client_id != opened.client_id:
                 self.server.session_ended(self, previous)
             self.server.register(self, opened.client_id)
         return auth_reply(request.key, opened.token, opened.client_id)
 
     async def _poll(self, session: SessionQueue, v2: bool) -> bytes:
-        delivery = await self.server.threads.run(session.poll, v2)
+        delivery = await session.poll(v2)
         if delivery is None:
             return EMPTY_REPLY
         self.server.history.served(session.client_id, delivery.entries)
@@ -222,9 +227,7 @@ class Connection:
         notifier = self.server.notifier
         while True:
             generation = notifier.generation  # before the read: a commit after it wakes the wait below
-            delivery = await self.server.threads.run(
-                session.fetch, request.max_events, request.manual_ack, ack_upto, FETCH_BYTE_BUDGET
-            )
+            delivery = await session.fetch(request.max_events, request.manual_ack, ack_upto, FETCH_BYTE_BUDGET)
             ack_upto = 0  # acknowledged once; a retry after waiting must not count it again
             if delivery is not None:
                 self.server.history.served(session.client_id, delivery.entries)
@@ -245,10 +248,12 @@ class Connection:
                 return message_reply(
                     Result.MALFORMED, f"ADDFILTER: {what} is {len(name)} characters, the limit is {MAX_STORED_NAME}"
                 )
+        await session.check()
         await self.server.threads.run(_add_filter, session, request)
         return OK_REPLY
 
     async def _status(self, session: SessionQueue) -> bytes:
+        await session.check()
         status = await self.server.threads.run(_status, session)
         return status_reply(status)
 
@@ -274,12 +279,10 @@ class Connection:
 
 
 def _add_filter(session: SessionQueue, request: AddFilterRequest) -> None:
-    session.check_token()
     store.add_filter(session.client_id, request.types, request.schema, request.table, request.limit, request.policy)
 
 
 def _remove_filter(session: SessionQueue, request: FilterIdentity) -> bool:
-    session.check_token()
     return store.remove_filter(session.client_id, request.types, request.schema, request.table)
 
 

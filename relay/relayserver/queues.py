@@ -1,141 +1,260 @@
-"""A session's view of its client's queue: the read-ahead, and each command's store work as one blocking call.
+"""A session's view of its client's queue: the read-ahead, and write-behind of what it delivered.
 
-Every method here runs in a store thread (relay/relayserver/database.py), never on the event loop, and does all the
-SQL one request needs in that one call. A connection sends one request at a time, so a SessionQueue is only ever
-used by one thread at a time.
+A session's state lives on the event loop (this object); the store work runs in the store threads as plain
+functions that take a snapshot and return results, so no state is shared between threads.
 
-POLL reads ahead: the entries after the head are read :data:`READ_AHEAD` at a time and kept in memory, so that a POLL
-usually costs one statement, the compare-and-set that moves the head (``store.advance_head``), which also checks
-the session token and returns the queue's newest seq for QueueSize. When the compare fails (the worker's
-unqueue-oldest policy, a purge or a newer session moved the head or the token), the read-ahead is dropped and read
-again from the store, so nothing is ever delivered from a stale view.
+* **Read-ahead**: a POLL session reads the next :data:`READ_AHEAD` entries of its queue in one query and serves
+  POLLs from memory; an empty read-ahead costs one store call that also writes what is pending (below).
+* **Write-behind**: what a session delivers (the head it moved with POLL or auto-ack FETCH, its manual-ack cursor,
+  its served count) is written to the store *after* the reply is sent, by one UPDATE that coalesces every delivery
+  since the previous one (:meth:`SessionQueue.schedule_sync`); one is in flight per session at a time, so the
+  store lags a busy session by about one round trip. Every store call of the session writes what is pending first.
+  A relay crash therefore never loses an event: what was sent but not yet written is delivered again (auto-ack is
+  at-least-once, and a reply the client never read is never lost either).
+* **Ownership**: every write checks the session token. When a newer session (in any process) took over, the write
+  is refused, the session is marked stale, and its next request gets 0xFB. Positions only move forward: the store
+  wins when it is ahead (the worker's unqueue-oldest policy, a purge, an ACK), and the read-ahead drops what the
+  store has passed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from django.db import DatabaseError
 
 from relay import store
 from relay.relayserver import render
+from relay.relayserver.database import StoreThreads
 from relay.store import Bounds, StoredEntry
 
-#: Entries a POLL session reads ahead of the head.
-READ_AHEAD = 64
-#: Retries of a compare-and-set that keeps failing because the head moves (the worker discarding under a limit).
-_CAS_RETRIES = 50
+log = logging.getLogger("relay.server")
+
+#: Entries a POLL session reads ahead of its head.
+READ_AHEAD = 128
+_RETRY_DELAY = 0.5
 
 
 class StaleSession(Exception):
     """The session's token is no longer the client's current one: a newer AUTH replaced it (in any process)."""
 
 
+class Pending(NamedTuple):
+    """What a session delivered and has not written to the store yet."""
+
+    acked: int
+    delivered: int
+    served: int
+
+
 @dataclass(slots=True)
 class Delivery:
-    """What a POLL or FETCH found: the entries sent, the reply payload pieces, and entries left after them."""
+    """What a POLL or FETCH found: the entries sent, the reply payload (POLL) or records (FETCH), and what is left."""
 
     entries: list[StoredEntry]
     payload: bytes | list[bytes]
     queue_size: int
 
 
+# -- store calls (run in the store threads) ---------------------------------------------------------------------
+
+
+def _sync(client_id: int, token: int, pending: Pending | None) -> Bounds:
+    if pending is not None and not store.sync_session(client_id, token, *pending):
+        raise StaleSession
+    bounds = store.session_bounds(client_id)
+    if bounds is None or bounds.token != token:
+        raise StaleSession
+    return bounds
+
+
+def _refill(client_id: int, token: int, pending: Pending | None, limit: int) -> tuple[Bounds, list[StoredEntry]]:
+    bounds = _sync(client_id, token, pending)
+    if bounds.last_seq <= bounds.acked_seq:
+        return bounds, []
+    return bounds, store.read_entries(client_id, bounds.acked_seq, limit)
+
+
+def _fetch(
+    client_id: int,
+    token: int,
+    pending: Pending | None,
+    ack_upto: int,
+    cursor: int | None,
+    max_events: int,
+    byte_budget: int,
+) -> tuple[Bounds, list[StoredEntry], list[bytes]]:
+    """``cursor``: the manual-ack cursor of the session, or None for auto-ack (read after the head)."""
+    bounds = _sync(client_id, token, pending)
+    if ack_upto and store.ack_session(client_id, token, ack_upto) is not None:
+        bounds = _sync(client_id, token, None)
+    start = bounds.acked_seq if cursor is None else max(cursor, bounds.acked_seq)
+    if bounds.last_seq <= start:
+        return bounds, [], []
+    entries = store.read_entries(client_id, start, max_events)
+    records = render.fetch_records(entries, byte_budget)
+    return bounds, entries[: len(records)], records
+
+
+def _ack(client_id: int, token: int, pending: Pending | None, seq: int) -> tuple[Bounds, int, int]:
+    _sync(client_id, token, pending)
+    result = store.ack_session(client_id, token, seq)
+    if result is None:
+        raise StaleSession
+    return _sync(client_id, token, None), *result
+
+
+def _check(client_id: int, token: int, pending: Pending | None) -> Bounds:
+    return _sync(client_id, token, pending)
+
+
+# -- the session ------------------------------------------------------------------------------------------------
+
+
 @dataclass
 class SessionQueue:
     client_id: int
     token: int
+    threads: StoreThreads
     instance_id: int = 0
-    #: The head as last seen or set by this session; the store's value wins whenever they disagree.
+    #: The head as this session knows it: everything up to here was delivered (auto-ack) or acknowledged.
     acked: int = 0
-    #: Manual-ack cursor: everything up to here was sent in this session (reset to the head by a new session).
+    #: Manual-ack cursor: everything up to here was sent in this session. A new session starts at the head.
     delivered: int = 0
     #: Newest seq of the queue as last seen.
     last: int = 0
+    stale: bool = False
+    _served: int = 0
+    _dirty: bool = False
     _ahead: deque[StoredEntry] = field(default_factory=deque)
+    _sync_task: asyncio.Task[None] | None = None
 
-    # -- reading --------------------------------------------------------------------------------------------------
+    # -- pending writes -------------------------------------------------------------------------------------------
 
-    def bounds(self) -> Bounds:
-        bounds = store.session_bounds(self.client_id)
-        if bounds is None or bounds.token != self.token:
-            raise StaleSession
-        self.acked = bounds.acked_seq
-        self.last = max(bounds.last_seq, bounds.acked_seq)
-        return bounds
+    def _take_pending(self) -> Pending | None:
+        if not self._dirty:
+            return None
+        pending = Pending(self.acked, self.delivered, self._served)
+        self._served = 0
+        self._dirty = False
+        return pending
 
-    def check_token(self) -> None:
-        if not store.token_is_current(self.client_id, self.token):
-            raise StaleSession
+    def _give_back(self, pending: Pending | None) -> None:
+        if pending is not None:
+            self._served += pending.served
+            self._dirty = True
 
-    def _refill(self) -> bool:
-        self._ahead.clear()
-        self.bounds()
-        if self.last <= self.acked:
-            return False
-        self._ahead.extend(store.read_entries(self.client_id, self.acked, READ_AHEAD))
-        return bool(self._ahead)
-
-    # -- POLL / POLLV2 (auto-ack, one entry) ---------------------------------------------------------------------
-
-    def poll(self, v2: bool) -> Delivery | None:
-        """Takes the head of the queue; None when it is empty."""
-        for _ in range(_CAS_RETRIES):
-            if not self._ahead and not self._refill():
-                return None
-            entry = self._ahead[0]
-            if entry.seq <= self.acked:  # the head moved past it since the read-ahead
-                self._ahead.clear()
-                continue
-            last = store.advance_head(self.client_id, self.token, self.acked, entry.seq, 1)
-            if last is None:
-                self._ahead.clear()
-                continue  # the refill re-reads the bounds and raises StaleSession if the token changed
-            self._ahead.popleft()
-            self.acked = entry.seq
-            self.delivered = max(self.delivered, entry.seq)
-            self.last = max(last, entry.seq)
-            left = self.last - entry.seq
-            payload = render.pollv2_payload(entry, left, self.instance_id) if v2 else render.poll_payload(entry, left)
-            return Delivery([entry], payload, left)
-        raise store.StoreError(f"client {self.client_id}: the queue head kept moving under this POLL")
-
-    # -- FETCH / ACK ----------------------------------------------------------------------------------------------
-
-    def fetch(self, max_events: int, manual_ack: bool, ack_upto: int, byte_budget: int) -> Delivery | None:
-        """A FETCH batch (after acknowledging up to ``ack_upto``); None when nothing is pending."""
-        self._ahead.clear()  # FETCH reads its own batch; POLL's read-ahead would only go stale
-        if ack_upto:
-            self.ack(ack_upto)
-        for _ in range(_CAS_RETRIES):
-            self.bounds()
-            cursor = max(self.delivered, self.acked) if manual_ack else self.acked
-            if self.last <= cursor:
-                return None
-            entries = store.read_entries(self.client_id, cursor, max_events)
-            if not entries:
-                return None
-            records = render.fetch_records(entries, byte_budget)
-            entries = entries[: len(records)]
-            top = entries[-1].seq
-            if manual_ack:
-                if not store.mark_delivered(self.client_id, self.token, top, len(entries)):
-                    raise StaleSession
-                self.delivered = top
-                return Delivery(entries, records, max(0, self.last - top))
-            last = store.advance_head(self.client_id, self.token, self.acked, top, len(entries))
-            if last is None:
-                continue
-            self.acked = top
-            self.delivered = max(self.delivered, top)
-            self.last = max(last, top)
-            return Delivery(entries, records, self.last - top)
-        raise store.StoreError(f"client {self.client_id}: the queue head kept moving under this FETCH")
-
-    def ack(self, seq: int) -> tuple[int, int]:
-        """(acked_seq after the ACK, entries it removed)."""
-        self._ahead.clear()
-        result = store.ack_session(self.client_id, self.token, seq)
-        if result is None:
-            raise StaleSession
-        self.acked = result[0]
+    def _apply(self, bounds: Bounds) -> None:
+        if bounds.acked_seq > self.acked:  # the store moved the head (discard policy, purge, ACK): follow it
+            self.acked = bounds.acked_seq
+            while self._ahead and self._ahead[0].seq <= self.acked:
+                self._ahead.popleft()
         self.delivered = max(self.delivered, self.acked)
-        return result
+        self.last = max(bounds.last_seq, self.acked)
+
+    async def _call(self, function: object, *args: object) -> object:
+        """A store call of this session, which first writes what is pending."""
+        if self.stale:
+            raise StaleSession
+        await self.settle()
+        pending = self._take_pending()
+        try:
+            return await self.threads.run(function, self.client_id, self.token, pending, *args)  # type: ignore[arg-type]
+        except StaleSession:
+            self.stale = True
+            raise
+        except BaseException:
+            self._give_back(pending)
+            raise
+
+    def schedule_sync(self) -> None:
+        """Writes pending deliveries soon (after the reply went out), coalescing those that come meanwhile."""
+        if self._dirty and not self.stale and (self._sync_task is None or self._sync_task.done()):
+            self._sync_task = asyncio.get_running_loop().create_task(self._sync_loop())
+
+    async def _sync_loop(self) -> None:
+        while self._dirty and not self.stale:
+            pending = self._take_pending()
+            try:
+                bounds = await self.threads.run(_sync, self.client_id, self.token, pending)
+            except StaleSession:
+                self.stale = True
+                return
+            except (DatabaseError, RuntimeError) as exc:  # RuntimeError: store threads shut down
+                self._give_back(pending)
+                log.warning("client %d: could not record deliveries (%s); retrying", self.client_id, exc)
+                await asyncio.sleep(_RETRY_DELAY)
+                continue
+            self._apply(bounds)
+
+    async def settle(self) -> None:
+        """Waits for the write in flight, if any."""
+        task = self._sync_task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    async def flush(self) -> None:
+        """Writes everything pending now (the session ends)."""
+        await self.settle()
+        if self._dirty and not self.stale:
+            pending = self._take_pending()
+            try:
+                await self.threads.run(_sync, self.client_id, self.token, pending)
+            except StaleSession:
+                self.stale = True
+
+    # -- commands -------------------------------------------------------------------------------------------------
+
+    async def poll(self, v2: bool) -> Delivery | None:
+        """Takes the head of the queue (POLL/POLLV2, auto-ack); None when the queue is empty."""
+        if self.stale:
+            raise StaleSession
+        if not self._ahead:
+            bounds, entries = await self._call(_refill, READ_AHEAD)  # type: ignore[misc]
+            self._apply(bounds)
+            self._ahead = deque(entry for entry in entries if entry.seq > self.acked)
+            if not self._ahead:
+                return None
+        entry = self._ahead.popleft()
+        self.acked = entry.seq
+        self.delivered = max(self.delivered, entry.seq)
+        self._served += 1
+        self._dirty = True
+        left = max(0, self.last - entry.seq)
+        payload = render.pollv2_payload(entry, left, self.instance_id) if v2 else render.poll_payload(entry, left)
+        return Delivery([entry], payload, left)
+
+    async def fetch(self, max_events: int, manual_ack: bool, ack_upto: int, byte_budget: int) -> Delivery | None:
+        """A FETCH batch (after acknowledging up to ``ack_upto``); None when nothing is pending."""
+        self._ahead.clear()  # FETCH reads its own batch: a POLL read-ahead would only go stale
+        cursor = self.delivered if manual_ack else None
+        result = await self._call(_fetch, ack_upto, cursor, max_events, byte_budget)
+        bounds, entries, records = result  # type: ignore[misc]
+        self._apply(bounds)
+        if not entries:
+            return None
+        top = entries[-1].seq
+        if not manual_ack:
+            self.acked = top
+        self.delivered = max(self.delivered, top)
+        self._served += len(entries)
+        self._dirty = True
+        return Delivery(entries, records, max(0, self.last - top))
+
+    async def ack(self, seq: int) -> tuple[int, int]:
+        """ACK: (acked_seq after it, entries it removed)."""
+        self._ahead.clear()
+        bounds, acked, removed = await self._call(_ack, seq)  # type: ignore[misc]
+        self._apply(bounds)
+        return acked, removed
+
+    async def check(self) -> None:
+        """Writes what is pending and checks that the session is still current (raises StaleSession if not)."""
+        bounds = await self._call(_check)
+        self._apply(bounds)  # type: ignore[arg-type]

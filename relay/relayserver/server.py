@@ -177,6 +177,7 @@ class RelayServer:
 
     async def _close_session(self, session: SessionQueue) -> None:
         try:
+            await session.flush()
             await self.threads.run(store.close_session, session.client_id, session.token)
         except (DatabaseError, RuntimeError) as exc:  # RuntimeError: the store threads are already shut down
             log.warning("could not mark client %d disconnected: %s", session.client_id, exc)

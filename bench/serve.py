@@ -1,0 +1,460 @@
+"""Relay server benchmark, on loopback (run by hand: ``.venv/bin/python bench/serve.py [--store sqlite]``).
+
+Measures, against ``manage.py runrelay`` in its own process and a fresh store:
+
+1. legacy POLL round trips per second, one client (target >= 5,000/s);
+2. events per second with FETCH batches of 500, auto-ack, one client and 50 concurrent clients (target >= 50,000/s);
+3. commit-to-client latency, p50 and p99, of a long-polling FETCH client under a steady 1,000 rows/s
+   (target p99 < 100 ms). With the binlog stream available this is end to end: rows inserted on a private MariaDB,
+   replicated by ``manage.py runbinlog --batch-ms 10``, measured from the source's COMMIT. Otherwise (``--synthetic``
+   or no binlog stream) a writer commits queue entries the way the worker does, every 10 ms.
+
+Each figure is the median of three runs. The store is a new PostgreSQL database (the test suite's server) or a new
+SQLite file, dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from clientproto import (  # noqa: E402 - after the path set-up
+    REPLY_HEADER_SIZE,
+    Command,
+    Result,
+    decode_fetch_reply,
+    encode_addfilter,
+    encode_auth,
+    encode_fetch,
+    encode_request,
+    server_key,
+)
+
+SECRET = "bench-secret"
+ROW = {"id": "0", "customer": "ACME Corporation", "amount": "1234.50", "status": "paid", "note": None, "at": "x"}
+TARGETS = {"poll": 5_000, "fetch": 50_000, "p99_ms": 100}
+
+
+# -- store and processes ------------------------------------------------------------------------------------------
+
+
+def prepare_store(kind: str, workdir: Path) -> tuple[str, Any]:
+    """A fresh store URL and a function that drops it."""
+    if kind == "sqlite":
+        return f"sqlite:///{workdir / 'bench.sqlite3'}", lambda: None
+    import psycopg2
+
+    from tests.harness.postgres import postgres_url
+
+    base = postgres_url()
+    name = f"relay_bench_{os.getpid()}"
+    admin = psycopg2.connect(base.replace("postgres://", "postgresql://"))
+    admin.autocommit = True
+    with admin.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+        cursor.execute(f"CREATE DATABASE {name}")
+
+    def drop() -> None:
+        with admin.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                [name],
+            )
+            cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+
+    return base.rsplit("/", 1)[0] + f"/{name}", drop
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def wait_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the relay server did not start:\n{log.read_text()[-3000:]}") from None
+            time.sleep(0.1)
+
+
+# -- queue filling ------------------------------------------------------------------------------------------------
+
+
+def fill(client_ids: list[int], count: int) -> None:
+    """Appends ``count`` changes to every listed client's queue, stored once and shared, as the worker stores them."""
+    from django.db import transaction
+
+    from relay import bulk, rowcodec
+    from relay.models import Change, QueueEntry, QueueState
+
+    names = list(ROW)
+    with transaction.atomic():
+        first = bulk.allocate_ids(Change._meta.db_table, count)
+        rows = []
+        for i in range(count):
+            values = [str(i) if name == "id" else ROW[name] for name in names]
+            data = rowcodec.encode(names, None, values)
+            rows.append((first + i, "shop", "orders", 1, "mysql-bin.000001", 1000 + i, 0, 1_700_000_000, "", data))
+        bulk.insert_rows(
+            Change._meta.db_table,
+            (
+                "id",
+                "schema_name",
+                "table_name",
+                "kind",
+                "binlog_file",
+                "binlog_pos",
+                "row_index",
+                "timestamp",
+                "gtid",
+                "data",
+            ),
+            rows,
+        )
+        for client_id in client_ids:
+            state, _ = QueueState.objects.get_or_create(client_id=client_id)
+            entries = [(client_id, state.last_seq + 1 + i, first + i) for i in range(count)]
+            bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "change_id"), entries)
+            QueueState.objects.filter(client_id=client_id).update(last_seq=state.last_seq + count)
+
+
+# -- a minimal client ---------------------------------------------------------------------------------------------
+
+
+class Client:
+    def __init__(self, port: int, name: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client_id = self.token = 0
+        result, payload = self.request(Command.AUTH, encode_auth(server_key(SECRET), name))
+        assert result == Result.OK, result
+        _, self.token, self.client_id = struct.unpack("<QII", payload)
+
+    def _recv(self, size: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < size:
+            chunk = self.sock.recv(size - len(buf))
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+        return bytes(buf)
+
+    def request(self, command: int, payload: bytes = b"") -> tuple[int, bytes]:
+        self.sock.sendall(encode_request(command, payload, client_id=self.client_id, token=self.token))
+        head = self._recv(REPLY_HEADER_SIZE)
+        size = struct.unpack_from("<I", head, 1)[0]
+        return head[0], self._recv(size) if size else b""
+
+
+async def fetch_client(port: int, name: str, expected: int) -> int:
+    """Drains a queue with FETCH batches of 500 (auto-ack) on its own session; returns the events received."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    writer.write(encode_request(Command.AUTH, encode_auth(server_key(SECRET), name)))
+    head = await reader.readexactly(REPLY_HEADER_SIZE)
+    _, token, client_id = struct.unpack("<QII", await reader.readexactly(16))
+    assert head[0] == Result.OK
+    frame = encode_request(Command.FETCH, encode_fetch(500, 0), client_id=client_id, token=token)
+    received = 0
+    while received < expected:
+        writer.write(frame)
+        head = await reader.readexactly(REPLY_HEADER_SIZE)
+        size = struct.unpack_from("<I", head, 1)[0]
+        body = await reader.readexactly(size) if size else b""
+        if head[0] != Result.OK:
+            break
+        received += struct.unpack_from("<I", body)[0]
+    writer.close()
+    return received
+
+
+# -- the measures -------------------------------------------------------------------------------------------------
+
+
+def bench_poll(port: int, runs: int, per_run: int) -> list[float]:
+    from relay.models import Client as ClientRow
+
+    client = Client(port, "bench-poll")
+    fill([client.client_id], per_run * runs)
+    assert ClientRow.objects.filter(id=client.client_id).exists()
+    rates = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        for _ in range(per_run):
+            result, _ = client.request(Command.POLL)
+            assert result == Result.OK, result
+        rates.append(per_run / (time.perf_counter() - started))
+    return rates
+
+
+def bench_fetch(port: int, clients: int, runs: int, per_client: int) -> list[float]:
+    sessions = [Client(port, f"bench-fetch-{clients}-{i}") for i in range(clients)]
+    rates = []
+    for _ in range(runs):
+        fill([s.client_id for s in sessions], per_client)
+
+        async def drain() -> int:
+            counts = await asyncio.gather(
+                *(fetch_client(port, f"bench-fetch-{clients}-{i}", per_client) for i in range(clients))
+            )
+            return sum(counts)
+
+        started = time.perf_counter()
+        total = asyncio.run(drain())
+        rates.append(total / (time.perf_counter() - started))
+        assert total == clients * per_client, total
+    return rates
+
+
+def latency_consumer(port: int, name: str, stop: threading.Event, got: dict[int, float], add_filter: bool) -> Client:
+    client = Client(port, name)
+    if add_filter:
+        result, _ = client.request(Command.ADDFILTER, encode_addfilter(1, "bench", "events"))
+        assert result == Result.OK
+
+    def run() -> None:
+        while not stop.is_set():
+            result, payload = client.request(Command.FETCH, encode_fetch(1000, 1000))
+            now = time.monotonic()
+            if result == Result.OK:
+                for event in decode_fetch_reply(payload).events:
+                    got[int(event.after()["id"])] = now
+
+    threading.Thread(target=run, daemon=True).start()
+    return client
+
+
+def pace(rate_rows: int, seconds: float, commit: Any) -> dict[int, float]:
+    """Commits 1/100 of the rate every 10 ms; returns each row's commit time (monotonic)."""
+    committed: dict[int, float] = {}
+    per_tick = max(1, rate_rows // 100)
+    next_id = 1
+    tick = time.monotonic()
+    end = tick + seconds
+    while tick < end:
+        ids = list(range(next_id, next_id + per_tick))
+        next_id += per_tick
+        commit(ids)
+        now = time.monotonic()
+        for i in ids:
+            committed[i] = now
+        tick += 0.01
+        time.sleep(max(0.0, tick - time.monotonic()))
+    return committed
+
+
+def percentiles(committed: dict[int, float], got: dict[int, float]) -> tuple[float, float, int]:
+    delays = sorted((got[i] - committed[i]) * 1000 for i in committed if i in got)
+    if not delays:
+        return float("nan"), float("nan"), len(committed)
+    return statistics.median(delays), delays[int(len(delays) * 0.99) - 1], len(committed) - len(delays)
+
+
+def bench_latency_synthetic(port: int, seconds: float) -> tuple[float, float, int]:
+    from django.db import connection, transaction
+
+    from relay import bulk, rowcodec
+    from relay.ingest import QUEUE_CHANNEL
+    from relay.models import Change, QueueEntry, QueueState
+
+    got: dict[int, float] = {}
+    stop = threading.Event()
+    consumer = latency_consumer(port, "bench-latency", stop, got, add_filter=False)
+    client_id = consumer.client_id
+    names = list(ROW)
+
+    def commit(ids: list[int]) -> None:
+        with transaction.atomic():
+            state = QueueState.objects.select_for_update().get(client_id=client_id)
+            first = bulk.allocate_ids(Change._meta.db_table, len(ids))
+            rows = [
+                (
+                    first + k,
+                    "bench",
+                    "events",
+                    1,
+                    "f",
+                    i,
+                    0,
+                    0,
+                    "",
+                    rowcodec.encode(names, None, [str(i) if n == "id" else ROW[n] for n in names]),
+                )
+                for k, i in enumerate(ids)
+            ]
+            bulk.insert_rows(
+                Change._meta.db_table,
+                (
+                    "id",
+                    "schema_name",
+                    "table_name",
+                    "kind",
+                    "binlog_file",
+                    "binlog_pos",
+                    "row_index",
+                    "timestamp",
+                    "gtid",
+                    "data",
+                ),
+                rows,
+            )
+            entries = [(client_id, state.last_seq + 1 + k, first + k) for k in range(len(ids))]
+            bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "change_id"), entries)
+            QueueState.objects.filter(client_id=client_id).update(last_seq=state.last_seq + len(ids))
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
+
+    from relay.models import QueueState as QS
+
+    QS.objects.get_or_create(client_id=client_id)
+    committed = pace(1000, seconds, commit)
+    time.sleep(1.5)
+    stop.set()
+    return percentiles(committed, got)
+
+
+def bench_latency_binlog(port: int, env: dict[str, str], workdir: Path, seconds: float) -> tuple[float, float, int]:
+    from relay.sandbox import MariaDB
+
+    source = MariaDB(workdir / "mariadb", row_metadata_full=True).start()
+    worker = None
+    try:
+        source.execute("CREATE DATABASE bench", "CREATE TABLE bench.events (id INT PRIMARY KEY, v VARCHAR(40))")
+        file, pos = source.binlog_position()
+        repl = source.replication_settings()
+        worker_env = dict(
+            env,
+            RELAY_SERVER_IPADDR=repl["host"],
+            RELAY_SERVER_SOURCEPORT=str(repl["port"]),
+            RELAY_SERVER_LOGIN=repl["user"],
+            RELAY_SERVER_PASSWORD=repl["password"],
+        )
+        got: dict[int, float] = {}
+        stop = threading.Event()
+        latency_consumer(port, "bench-latency-binlog", stop, got, add_filter=True)
+        worker = start(worker_env, workdir / "worker.log", "runbinlog", "--batch-ms", "10", "--from", f"{file}:{pos}")
+        time.sleep(3)  # the worker connects and loads its filters
+        conn = source.connect("bench")
+
+        def commit(ids: list[int]) -> None:
+            with conn.cursor() as cursor:
+                cursor.execute("BEGIN")
+                cursor.executemany("INSERT INTO events VALUES (%s, 'payload')", [(i,) for i in ids])
+                cursor.execute("COMMIT")
+
+        committed = pace(1000, seconds, commit)
+        time.sleep(2)
+        stop.set()
+        return percentiles(committed, got)
+    finally:
+        if worker is not None:
+            worker.terminate()
+            worker.wait(30)
+        source.destroy()
+
+
+# -- main ---------------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--synthetic", action="store_true", help="latency without MariaDB and the worker")
+    parser.add_argument("--latency-seconds", type=float, default=10)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="relay-bench-"))
+    url, drop = prepare_store(args.store, workdir)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAY_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="relayproject.settings",
+        DATABASE_URL=url,
+        RELAY_DATA_DIR=str(workdir),
+        RELAY_SERVER_AUTHSECRET=SECRET,
+        RELAY_LOG_LEVEL="WARNING",
+    )
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    log = workdir / "relay.log"
+    relay = start(env, log, "runrelay", "--address", "127.0.0.1", "--port", str(port))
+    results: list[tuple[str, str, str]] = []
+    try:
+        wait_port(port, relay, log)
+        poll = bench_poll(port, args.runs, 5_000)
+        results.append(("POLL round trips/s, 1 client", f"{statistics.median(poll):,.0f}", f">= {TARGETS['poll']:,}"))
+        print(results[-1], flush=True)
+        for clients, per_client in ((1, 50_000), (50, 2_000)):
+            rates = bench_fetch(port, clients, args.runs, per_client)
+            results.append(
+                (
+                    f"FETCH x500 events/s, {clients} client(s)",
+                    f"{statistics.median(rates):,.0f}",
+                    f">= {TARGETS['fetch']:,}",
+                )
+            )
+            print(results[-1], flush=True)
+        try:
+            from binlog import BinlogStream  # noqa: F401
+
+            binlog_ready = True
+        except ImportError:
+            binlog_ready = False
+        if args.synthetic or not binlog_ready:
+            how = "synthetic commits (worker-like, every 10 ms)"
+            p50, p99, lost = bench_latency_synthetic(port, args.latency_seconds)
+        else:
+            how = "MariaDB -> runbinlog --batch-ms 10 -> runrelay"
+            p50, p99, lost = bench_latency_binlog(port, env, workdir, args.latency_seconds)
+        results.append((f"commit-to-client p50 ms, 1,000 rows/s, {how}", f"{p50:.1f}", ""))
+        results.append((f"commit-to-client p99 ms ({lost} rows not received)", f"{p99:.1f}", f"< {TARGETS['p99_ms']}"))
+    finally:
+        relay.terminate()
+        relay.wait(30)
+        from django.db import connections
+
+        connections.close_all()
+        drop()
+    print(f"\nrelay server benchmark ({args.store} store, median of {args.runs} runs, loopback)")
+    width = max(len(name) for name, _, _ in results)
+    for name, value, target in results:
+        print(f"  {name:<{width}}  {value:>10}  {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
