@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import shutil
@@ -366,3 +367,99 @@ def test_results_load_into_the_store(spark: Any, fresh_schema: tuple[MariaDB, st
 
     assert stored("hour") == w.hourly()
     assert stored("day") == w.daily()
+
+
+def test_partial_row_images_compare_only_present_columns(
+    spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path
+) -> None:
+    """A MINIMAL image carries the key before and the changed columns after: nothing can be compared."""
+    server, schema = fresh_schema
+    server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, qty INT, note TEXT)",
+        "INSERT INTO t VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c')",
+        database=schema,
+    )
+    server.execute("FLUSH BINARY LOGS")
+    first = server.binlog_position()[0]
+    server.execute(
+        "SET SESSION binlog_row_image = 'MINIMAL'",
+        "UPDATE t SET qty = qty + 1",
+        "SET SESSION binlog_row_image = 'FULL'",
+        "UPDATE t SET qty = qty + 1 WHERE id <= 2",
+        database=schema,
+    )
+    server.execute("FLUSH BINARY LOGS")
+    last = server.binlog_position()[0]
+    files = [str(p) for p in server.binlog_files() if first <= p.name < last]
+    out = tmp_path / "out"
+    job.run(spark, inputs.collect(",".join(files), None), out, write=lambda _: None)
+    daily = spark.read.parquet(str(out / "usage_daily")).where(f"schema_name = '{schema}'").collect()
+    assert [(r.table_name, r.updates) for r in daily] == [("t", 5)]
+    assert column_counts(spark, out, schema) == {("t", "id"): (0, 2), ("t", "qty"): (2, 2), ("t", "note"): (0, 2)}
+
+
+def test_shipped_zip_holds_what_the_tasks_import(tmp_path: Path) -> None:
+    import zipfile
+
+    from relay.pipeline.shipping import build_zip
+
+    names = set(zipfile.ZipFile(build_zip(tmp_path / "tasks.zip")).namelist())
+    assert {"binlog/__init__.py", "binlog/files.py", "relay/__init__.py", "relay/pipeline/sources.py"} <= names
+    assert not any(
+        name.startswith("relay/") and "pipeline" not in name and name != "relay/__init__.py" for name in names
+    )
+    for name in ("relay/pipeline/sources.py", "relay/pipeline/tally.py", "relay/pipeline/snapshot.py"):
+        text = zipfile.ZipFile(tmp_path / "tasks.zip").read(name).decode()
+        assert "import django" not in text and "from django" not in text and "pyspark" not in text
+
+
+@pytest.mark.django_db
+def test_command_loads_history_that_the_usage_page_shows(
+    spark: Any, mariadb_no_metadata: MariaDB, tmp_path: Path
+) -> None:
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.test import Client
+
+    from relay.models import UsageHistory
+
+    server = mariadb_no_metadata
+    schema = f"cmd_{tmp_path.name[-8:]}".replace("-", "_")
+    server.execute(f"CREATE DATABASE `{schema}`")
+    try:
+        w, files = run_workload(server, schema)
+        snapshot.save_snapshot(snapshot.snapshot_from_source(server.replication_settings()), tmp_path / "s.json")
+    finally:
+        server.execute(f"DROP DATABASE IF EXISTS `{schema}`")
+    folder = archive(files, tmp_path / "binlogs")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "relaylogs-20240309.txt").write_bytes(b"12:00:00;other;t;I;id;1\n12:00:01;other;t;I;id;2\n")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    call_command(
+        "usagepipeline",
+        binlogs=f"{folder}/binlog.*,{tmp_path / 'missing'}",
+        logs=str(logs),
+        out=str(tmp_path / "out"),
+        schema_snapshot=str(tmp_path / "s.json"),
+        master="local[2]",
+        stdout=stdout,
+        stderr=stderr,
+    )
+    output = stdout.getvalue()
+    assert "schema snapshot:" in output and "loaded" in output and "decode 3 binlog and 1 change log files" in output
+    assert f"not counted: {tmp_path / 'missing'}: no such file or directory" in stderr.getvalue()
+    stored = {
+        (int(r.start.timestamp()), r.table_name): (r.inserts, r.updates, r.deletes, r.transactions)
+        for r in UsageHistory.objects.filter(period="day", schema_name=schema)
+    }
+    assert stored == w.daily()
+    assert UsageHistory.objects.get(period="hour", schema_name="other").inserts == 2
+
+    run = UsageHistory.objects.filter(schema_name=schema).values_list("run", flat=True).first()
+    browser = Client()
+    browser.force_login(User.objects.create_user("viewer", password="x" * 12))
+    page = browser.get("/usage/", {"q": schema}).content.decode()
+    assert "History from the pipeline" in page and run in page
+    day_total = sum(sum(c[:3]) for (day, _), c in w.daily().items() if day == D1)
+    assert f"<title>2024-03-01: {day_total}</title>" in page

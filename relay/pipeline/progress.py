@@ -64,7 +64,6 @@ class Progress:
             if self._reported.get(stage_id) == state:
                 continue
             self._reported[stage_id] = state
-            self.say(
-                f"{self._step}: stage {stage_id} {info.numCompletedTasks}/{info.numTasks} tasks done"
-                f" ({info.numActiveTasks} running{f', {info.numFailedTasks} failed' if info.numFailedTasks else ''})"
-            )
+            # Completed and failed only: the tracker's running count lags (it can say 2 running in local[1]).
+            failed = f", {info.numFailedTasks} failed attempts" if info.numFailedTasks else ""
+            self.say(f"{self._step}: stage {stage_id} {info.numCompletedTasks}/{info.numTasks} tasks done{failed}")
