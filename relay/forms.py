@@ -30,7 +30,7 @@ class UsageQuery(forms.Form):
     q = _search_field()
     sort = forms.ChoiceField(required=False, choices=[(key, key) for name in SORT_KEYS for key in (name, f"-{name}")])
     page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
-    per_page = forms.IntegerField(required=False, min_value=10, max_value=200)
+    per_page = forms.IntegerField(required=False, min_value=10, max_value=100)
 
     def clean_q(self) -> str:
         return _no_control_characters(self.cleaned_data["q"])

@@ -1,5 +1,6 @@
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import path, re_path
+from django.views.generic import RedirectView
 
 from relay import api, metrics, views
 
@@ -16,6 +17,7 @@ urlpatterns = [
     path("api/schema", api.schema, name="api-schema"),
     path("metrics", metrics.metrics, name="metrics"),
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", RedirectView.as_view(url="/static/relay/favicon.svg", permanent=True)),
     # The dashboard's few static files, served by Django itself so that `gunicorn relayproject.wsgi` needs no web
     # server in front (staticfiles refuses to serve without DEBUG unless told it is meant).
     re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),

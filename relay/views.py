@@ -69,7 +69,7 @@ def client_detail(request: HttpRequest, client_id: int) -> HttpResponse:
     chart = charts.line_chart(
         [size for _, size in buildup],
         labels=(_clock(buildup[0][0]), _clock(buildup[-1][0])) if buildup else ("", ""),
-        title="Entries queued, by event time of the oldest to the newest",
+        title="Queue build-up: entries queued up to each event, oldest to newest (event times)",
     )
     return render(
         request,
@@ -135,7 +135,7 @@ def usage(request: HttpRequest) -> HttpResponse:
             "hourly_chart": _history_chart(hourly, "%Y-%m-%d %H:00", "Rows per hour (pipeline)"),
             "daily_chart": _history_chart(daily, "%Y-%m-%d", "Rows per day (pipeline)"),
             "pipeline_run": tableusage.last_pipeline_run() if (hourly or daily) else "",
-            "per_page_choices": (10, 25, 50, 100, 200),
+            "per_page_choices": (10, 25, 50, 100),
             "section": "usage",
         },
     )
