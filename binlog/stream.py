@@ -139,8 +139,10 @@ class BinlogStream:
                     self._connect()
                 assert self._conn is not None and self._decoder is not None
                 event = self._conn.read_event()
-                if event is None:  # the end of a non-blocking dump
-                    self._drop_connection()
+                if event is None:
+                    if self.blocking:  # a blocking dump only ends when the source goes away (e.g. its shutdown)
+                        raise ConnectionLostError("the source ended the binlog dump")
+                    self._drop_connection()  # the end of a non-blocking dump
                     return
                 trx = self._decoder.feed(event)
                 attempt = 0

@@ -86,6 +86,7 @@ class Worker:
         self.stop_requested = threading.Event()
         self.changelog = ChangeLog(config.logger)
         self._stream: Any = None
+        self._checkpoint_at_launch: Position | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ class Worker:
         def should_stop() -> bool:
             return self.stop_requested.is_set() or (deadline is not None and time.monotonic() > deadline)
 
+        self._checkpoint_at_launch = self._checkpoint()
         if not lock.acquire(should_stop, lambda: log.info("standby: another worker is active for %s", self.source)):
             return EXIT_OK
         try:
@@ -154,12 +156,22 @@ class Worker:
         log.info("stopped cleanly")
         return EXIT_OK
 
-    def _start_position(self) -> Position | None:
-        if self.options.start is not None:
-            return self.options.start
+    def _checkpoint(self) -> Position | None:
         checkpoint = Checkpoint.objects.filter(source=self.source).first()
+        if checkpoint is None:
+            return None
+        return Position(checkpoint.binlog_file, checkpoint.binlog_pos, checkpoint.gtid)
+
+    def _start_position(self) -> Position | None:
+        checkpoint = self._checkpoint()
+        if self.options.start is not None:
+            if checkpoint == self._checkpoint_at_launch:
+                return self.options.start
+            # Another worker moved the checkpoint while this one waited as a standby: --from was meant for the
+            # store as it was at launch, and applying it now would replay or skip what that worker did.
+            log.warning("the checkpoint moved while on standby (now %s); ignoring --from", checkpoint)
         if checkpoint is not None:
-            return Position(checkpoint.binlog_file, checkpoint.binlog_pos, checkpoint.gtid)
+            return checkpoint
         if self.config.source.start_from:
             file, pos = self.config.source.start_from
             return Position(file, pos)

@@ -1,0 +1,122 @@
+"""Relay processes for the tests: ``manage.py runbinlog`` (and later ``runrelay``) against the test store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+from relay.sandbox import MariaDB
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def test_store_url() -> str:
+    """The URL of the database the test is using (the test database, not the configured one)."""
+    settings = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{settings['NAME']}"
+    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
+    return f"postgres://{settings['USER']}{password}@{settings['HOST']}:{settings['PORT'] or 5432}/{settings['NAME']}"
+
+
+def relay_env(server: MariaDB | None, **overrides: Any) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="relayproject.settings",
+        DATABASE_URL=test_store_url(),
+        RELAY_DATA_DIR=tempfile.mkdtemp(prefix="relay-data-"),
+        RELAY_SERVER_AUTHSECRET="test-secret",
+        RELAY_SERVER_HEARTBEATSECONDS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    if server is not None:
+        repl = server.replication_settings()
+        env.update(
+            RELAY_SERVER_IPADDR=repl["host"],
+            RELAY_SERVER_SOURCEPORT=str(repl["port"]),
+            RELAY_SERVER_LOGIN=repl["user"],
+            RELAY_SERVER_PASSWORD=repl["password"],
+        )
+    env.update({key: str(value) for key, value in overrides.items()})
+    return env
+
+
+class RelayProcess:
+    """One ``manage.py`` command as a child process, with its output kept for assertion messages."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.env = env
+        self.args = args
+        self.log_path = Path(tempfile.mkstemp(prefix="relay-proc-", suffix=".log")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RelayProcess:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "manage.py", *self.args],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        _RUNNING.add(self)
+        return self
+
+    @property
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signum)
+
+    def wait(self, timeout: float = 60) -> int:
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is not None:
+                _RUNNING.discard(self)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.wait()
+
+    def stop(self, timeout: float = 60) -> int:
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+_RUNNING: set[RelayProcess] = set()
+
+
+def stop_all() -> None:
+    for process in list(_RUNNING):
+        if process.alive():
+            process.kill()
+    _RUNNING.clear()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.05, message: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
+        time.sleep(interval)

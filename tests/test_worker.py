@@ -1,0 +1,313 @@
+"""The binlog worker against a real MariaDB and the test store: routing, policies, exactly once, faults."""
+
+from __future__ import annotations
+
+import random
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from relay import rowcodec, store
+from relay.models import Change, Checkpoint, Client, QueueEntry, QueueState, SchemaTable, TableUsage, WorkerStatus
+from relay.sandbox import MariaDB
+from tests.harness.processes import RelayProcess, relay_env, stop_all, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _stop_processes() -> Iterator[None]:
+    yield
+    stop_all()
+
+
+@pytest.fixture
+def own_mariadb() -> Iterator[MariaDB]:
+    """A MariaDB of this test alone, for faults that would disturb other tests (restarts, purges)."""
+    server = MariaDB(Path(tempfile.mkdtemp(prefix="relay-own-")), row_metadata_full=True).start()
+    yield server
+    server.destroy()
+
+
+def start_worker(server: MariaDB, start: tuple[str, int] | None = None, **env: object) -> RelayProcess:
+    args = ["runbinlog", "--batch-ms", "50"]
+    if start:
+        args += ["--from", f"{start[0]}:{start[1]}"]
+    return RelayProcess(relay_env(server, **env), *args).start()
+
+
+def caught_up(server: MariaDB, worker: RelayProcess | None = None, timeout: float = 60) -> None:
+    """Waits until the worker's checkpoint reaches the source's current position."""
+    target = server.binlog_position()
+
+    def reached() -> bool:
+        if worker is not None and not worker.alive():
+            raise AssertionError(f"worker exited with {worker.process.returncode}:\n{worker.output[-3000:]}")
+        checkpoint = Checkpoint.objects.first()
+        return checkpoint is not None and (checkpoint.binlog_file, checkpoint.binlog_pos) >= target
+
+    wait_for(reached, timeout=timeout, message=f"checkpoint at {target}")
+
+
+def queue_of(name: str) -> list[tuple[str, int, str]]:
+    """(table, kind, id) of every entry in a client's queue, head first."""
+    client = Client.objects.get(name=name)
+    seqs = QueueEntry.objects.filter(client=client, seq__gt=client.acked_seq).order_by("seq")
+    rows = []
+    for change_id in seqs.values_list("change_id", flat=True):
+        change = Change.objects.get(id=change_id)
+        columns = {column.name: column for column in rowcodec.decode(change.data)}
+        key = columns["id"].after if change.kind != 4 else columns["id"].before
+        rows.append((change.table_name, change.kind, key))
+    return rows
+
+
+def subscribe(name: str, mask: int, schema: str, table: str, limit: int = 0, policy: int = 0) -> int:
+    session = store.open_session(name)
+    store.add_filter(session.client_id, mask, schema, table, limit, policy)
+    return session.client_id
+
+
+def test_clients_get_exactly_the_matching_rows_once_in_binlog_order(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.orders (id INT PRIMARY KEY, v INT)",
+        f"CREATE TABLE `{schema}`.order_lines (id INT PRIMARY KEY, v INT)",
+        f"CREATE TABLE `{schema}`.people (id INT PRIMARY KEY, v INT)",
+    )
+    subscribe("exact", 7, schema, "orders")
+    subscribe("overlap", 1, schema, "*")
+    store.add_filter(Client.objects.get(name="overlap").id, 7, schema, "ord*")  # overlaps the first on inserts
+    subscribe("deletes", 4, "*", "orders")
+    subscribe("elsewhere", 7, "other_schema", "*")
+    start = server.binlog_position()
+    worker = start_worker(server, start)
+    server.execute(
+        f"INSERT INTO `{schema}`.orders VALUES (1, 1), (2, 2)",
+        f"INSERT INTO `{schema}`.people VALUES (10, 1)",
+        "BEGIN",
+        f"INSERT INTO `{schema}`.order_lines VALUES (20, 1)",
+        f"UPDATE `{schema}`.orders SET v = 5 WHERE id = 1",
+        f"DELETE FROM `{schema}`.people WHERE id = 10",
+        "COMMIT",
+        f"DELETE FROM `{schema}`.orders WHERE id = 2",
+    )
+    caught_up(server, worker)
+    assert queue_of("exact") == [("orders", 1, "1"), ("orders", 1, "2"), ("orders", 2, "1"), ("orders", 4, "2")]
+    assert queue_of("overlap") == [
+        ("orders", 1, "1"),
+        ("orders", 1, "2"),
+        ("people", 1, "10"),
+        ("order_lines", 1, "20"),
+        ("orders", 2, "1"),
+        ("orders", 4, "2"),
+    ]
+    assert queue_of("deletes") == [("orders", 4, "2")]
+    assert queue_of("elsewhere") == []
+    usage = {u.table_name: (u.inserts, u.updates, u.deletes) for u in TableUsage.objects.all()}
+    assert usage == {"orders": (2, 1, 1), "people": (1, 0, 1), "order_lines": (1, 0, 0)}
+    assert SchemaTable.objects.get(schema_name=schema, table_name="orders").columns.count() == 2
+    assert worker.stop() == 0
+    assert WorkerStatus.objects.get().state == "stopped"
+
+
+def test_discard_policies_at_their_limits(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    subscribe("oldest_out", 1, schema, "t", limit=3, policy=1)
+    subscribe("newest_ignored", 1, schema, "t", limit=3, policy=2)
+    subscribe("never_drops", 1, schema, "t", limit=3, policy=0)
+    subscribe("unlimited_zero", 1, schema, "t", limit=0, policy=1)
+    subscribe("unlimited_negative", 1, schema, "t", limit=-5, policy=2)
+    worker = start_worker(server, server.binlog_position())
+    server.execute(*(f"INSERT INTO `{schema}`.t VALUES ({i})" for i in range(1, 6)))
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (6), (7), (8), (9), (10)")
+    caught_up(server, worker)
+
+    def ids(name: str) -> list[str]:
+        return [key for _, _, key in queue_of(name)]
+
+    every = [str(i) for i in range(1, 11)]
+    assert ids("oldest_out") == ["8", "9", "10"]
+    assert ids("newest_ignored") == ["1", "2", "3"]
+    assert ids("never_drops") == every
+    assert ids("unlimited_zero") == every
+    assert ids("unlimited_negative") == every
+    discarded = {s.client.name: (s.discarded, s.max_queue) for s in QueueState.objects.select_related("client")}
+    assert discarded["oldest_out"] == (7, 3)
+    assert discarded["newest_ignored"] == (7, 3)
+    assert discarded["never_drops"] == (0, 10)
+    assert store.queue_size(Client.objects.get(name="oldest_out").id) == 3
+
+
+def test_filters_added_while_running_apply_without_restart(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    subscribe("early", 1, schema, "t")
+    worker = start_worker(server, server.binlog_position())
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (1)")
+    caught_up(server, worker)
+    subscribe("late", 1, schema, "t")
+    time.sleep(1.0)  # the worker checks its filters twice a second
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (2)")
+    caught_up(server, worker)
+    assert [key for *_, key in queue_of("early")] == ["1", "2"]
+    assert [key for *_, key in queue_of("late")] == ["2"]
+    assert worker.alive()
+
+
+def test_rotation_and_source_restart_lose_nothing(own_mariadb: MariaDB) -> None:
+    server = own_mariadb
+    server.execute("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)")
+    subscribe("c", 7, "s", "t")
+    worker = start_worker(server, server.binlog_position())
+    server.execute(*(f"INSERT INTO s.t VALUES ({i})" for i in range(1, 51)))
+    server.execute("FLUSH BINARY LOGS")
+    server.execute(*(f"INSERT INTO s.t VALUES ({i})" for i in range(51, 101)))
+    caught_up(server, worker)
+    server.restart()  # the worker's connection drops; it reconnects and resumes
+    server.execute(*(f"INSERT INTO s.t VALUES ({i})" for i in range(101, 151)))
+    server.execute("FLUSH BINARY LOGS", "DELETE FROM s.t WHERE id <= 10")
+    caught_up(server, worker, timeout=90)
+    rows = queue_of("c")
+    assert [key for _, kind, key in rows if kind == 1] == [str(i) for i in range(1, 151)]
+    assert [key for _, kind, key in rows if kind == 4] == [str(i) for i in range(1, 11)]
+    assert WorkerStatus.objects.get().reconnects >= 1
+    assert worker.alive()
+
+
+@pytest.mark.parametrize("metadata", ["full", "none"])
+def test_ddl_mid_stream_renames_columns_at_the_right_time(
+    metadata: str, mariadb: MariaDB, mariadb_no_metadata: MariaDB
+) -> None:
+    server = mariadb if metadata == "full" else mariadb_no_metadata
+    schema = f"ddl_{metadata}_{random.randrange(10**6)}"
+    server.execute(f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a INT, b INT)")
+    subscribe("c", 7, schema, "t")
+    worker = start_worker(server, server.binlog_position())
+    steps = [
+        f"INSERT INTO {schema}.t VALUES (1, 10, 20)",
+        f"ALTER TABLE {schema}.t ADD COLUMN c VARCHAR(5)",
+        f"INSERT INTO {schema}.t VALUES (2, 11, 21, 'x')",
+        f"ALTER TABLE {schema}.t DROP COLUMN b",
+        f"INSERT INTO {schema}.t VALUES (3, 12, 'y')",
+        f"ALTER TABLE {schema}.t RENAME COLUMN a TO a2",
+        f"INSERT INTO {schema}.t VALUES (4, 13, 'z')",
+    ]
+    for statement in steps:
+        server.execute(statement)
+        if metadata == "none":  # names come from information_schema: read each event before the next DDL
+            caught_up(server, worker)
+    caught_up(server, worker)
+    client = Client.objects.get(name="c")
+    changes = [
+        Change.objects.get(id=change_id)
+        for change_id in QueueEntry.objects.filter(client=client).order_by("seq").values_list("change_id", flat=True)
+    ]
+    layouts = [[(col.name, col.after) for col in rowcodec.decode(change.data)] for change in changes]
+    assert layouts == [
+        [("id", "1"), ("a", "10"), ("b", "20")],
+        [("id", "2"), ("a", "11"), ("b", "21"), ("c", "x")],
+        [("id", "3"), ("a", "12"), ("c", "y")],
+        [("id", "4"), ("a2", "13"), ("c", "z")],
+    ]
+    server.execute(f"DROP DATABASE {schema}")
+
+
+def test_purged_checkpoint_stops_with_a_message_and_from_skips_forward(own_mariadb: MariaDB) -> None:
+    server = own_mariadb
+    server.execute("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)")
+    subscribe("c", 1, "s", "t")
+    worker = start_worker(server, server.binlog_position())
+    server.execute("INSERT INTO s.t VALUES (1)")
+    caught_up(server, worker)
+    assert worker.stop() == 0
+    old_file = Checkpoint.objects.get().binlog_file
+    server.execute("FLUSH BINARY LOGS", "INSERT INTO s.t VALUES (2)", "FLUSH BINARY LOGS")
+    newest = server.binlog_position()[0]
+    server.execute(f"PURGE BINARY LOGS TO '{newest}'")
+    server.execute("INSERT INTO s.t VALUES (3)")
+
+    failed = start_worker(server)
+    assert failed.wait(60) == 2
+    assert old_file in failed.output
+    assert "--from" in failed.output
+    status = WorkerStatus.objects.get()
+    assert status.state == "failed" and old_file in status.last_error
+
+    resumed = start_worker(server, (newest, 4))
+    caught_up(server, resumed)
+    assert [key for *_, key in queue_of("c")] == ["1", "3"]  # 2 was purged before the relay read it
+
+
+def test_second_worker_is_a_standby_and_takes_over(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    subscribe("c", 1, schema, "t")
+    start = server.binlog_position()
+    first = start_worker(server, start)
+    wait_for(lambda: WorkerStatus.objects.filter(pid=first.process.pid, state="connected").exists(), 30)
+    second = start_worker(server, start)
+    wait_for(lambda: "standby" in second.output, 30, message="standby message")
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (1)")
+    caught_up(server, first)
+    first.kill()
+    wait_for(lambda: WorkerStatus.objects.filter(pid=second.process.pid).exists(), 30, message="takeover")
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (2)")
+    caught_up(server, second)
+    assert [key for *_, key in queue_of("c")] == ["1", "2"]
+
+
+@pytest.mark.slow
+def test_exactly_once_across_sigkills(fresh_schema: tuple[MariaDB, str]) -> None:
+    """SIGKILL at random moments during 20,000+ row changes: every queue ends exact, none lost, none twice."""
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.a (id INT PRIMARY KEY, v VARCHAR(40))")
+    server.execute(f"CREATE TABLE `{schema}`.b (id INT PRIMARY KEY, v VARCHAR(40))")
+    subscribe("all", 7, schema, "*")
+    subscribe("inserts_a", 1, schema, "a")
+    subscribe("b_changes", 6, schema, "b")
+    rng = random.Random(20_000)
+    sizes = [1, 2, 5, 5000, 3, 1, 2500, 10, 1, 700, 4000, 1, 1, 300, 5000, 50, 2, 1000, 1, 1500]
+    expected: dict[str, list[tuple[str, int, str]]] = {"all": [], "inserts_a": [], "b_changes": []}
+    next_id = 1
+    first_start = "%s:%d" % server.binlog_position()
+    worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
+    kills = 0
+    with server.connect(schema) as conn, conn.cursor() as cur:
+        for number, size in enumerate(sizes):
+            table = "a" if number % 2 == 0 else "b"
+            ids = list(range(next_id, next_id + size))
+            next_id += size
+            cur.execute("BEGIN")
+            cur.executemany(f"INSERT INTO {table} VALUES (%s, %s)", [(i, f"row {i}") for i in ids])
+            if table == "b" and size > 1:
+                cur.execute(f"UPDATE b SET v = 'changed' WHERE id IN ({ids[0]}, {ids[1]})")
+            cur.execute("COMMIT")
+            rows = [(table, 1, str(i)) for i in ids]
+            if table == "b" and size > 1:
+                rows += [(table, 2, str(ids[0])), (table, 2, str(ids[1]))]
+            expected["all"] += rows
+            expected["inserts_a"] += [row for row in rows if row[0] == "a"]
+            expected["b_changes"] += [row for row in rows if row[0] == "b" and row[1] in (2, 4)]
+            if number % 2 == 1:
+                time.sleep(rng.uniform(0.05, 0.6))
+                worker.kill()
+                kills += 1
+                worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
+                time.sleep(rng.uniform(0.3, 1.2))
+    assert sum(len(v) for v in expected.values()) >= 20_000
+    # A few more kills while it catches up.
+    while kills < 12:
+        time.sleep(rng.uniform(0.2, 0.8))
+        worker.kill()
+        kills += 1
+        worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
+    caught_up(server, worker, timeout=180)
+    for name, rows in expected.items():
+        assert queue_of(name) == rows, name
+    assert worker.stop() == 0
