@@ -164,7 +164,7 @@ class Demo:
             "",
             "binlog relay demo is running",
             f"  dashboard : http://127.0.0.1:{self.http_port}/   login: admin / {self.password}",
-            f"  relay     : 127.0.0.1:{self.relay_port} (secret {self.env.get('RELAY_SERVER_AUTHSECRET', '(configured)')})",
+            f"  relay     : 127.0.0.1:{self.relay_port} (secret {self.env.get('RELAY_SERVER_AUTHSECRET', '?')})",
             f"  store     : {self.env['DATABASE_URL']}",
             f"  logs      : {self.data_dir}/*.log, change logs in {self.data_dir}/logs",
         ]

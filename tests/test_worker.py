@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -275,7 +274,7 @@ def test_exactly_once_across_sigkills(fresh_schema: tuple[MariaDB, str]) -> None
     sizes = [1, 2, 5, 5000, 3, 1, 2500, 10, 1, 700, 4000, 1, 1, 300, 5000, 50, 2, 1000, 1, 1500]
     expected: dict[str, list[tuple[str, int, str]]] = {"all": [], "inserts_a": [], "b_changes": []}
     next_id = 1
-    first_start = "%s:%d" % server.binlog_position()
+    first_start = "{}:{}".format(*server.binlog_position())
     worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
     kills = 0
     with server.connect(schema) as conn, conn.cursor() as cur:
