@@ -8,21 +8,22 @@ waiting clients' queues on SQLite). The History column is written in batches (:m
 
 Delivery semantics:
 
-* POLL, POLLV2 and FETCH without MANUAL_ACK acknowledge what they send: the queue head moves in the store (one
-  compare-and-set UPDATE that also checks the session token) *before* the reply is written. If the relay dies or
-  the connection breaks between that UPDATE and the client reading the reply, those events are lost to that
-  client: at-most-once, as in the original relay. Use FETCH with MANUAL_ACK for at-least-once delivery.
+* POLL, POLLV2 and FETCH without MANUAL_ACK acknowledge what they send: the reply goes out first, then the head
+  moves in the store, written behind the reply within a few milliseconds (one UPDATE for every delivery of that
+  interval, see :mod:`.queues`). A relay crash in between loses nothing: those events are delivered again to the
+  next session (at-least-once; the original relay lost its whole memory instead).
 * FETCH with MANUAL_ACK only records how far the session was sent (``delivered_seq``); entries leave the queue when
-  ACK (or a later FETCH's AckUpTo) covers them. A new session starts again after the last acknowledged entry, so a
-  client or relay crash loses nothing: unacknowledged events are delivered again.
-* Acknowledgements are committed before the reply is sent. On PostgreSQL the server's connections run with
-  ``synchronous_commit`` off, so an acknowledgement costs no WAL flush: a crash of the relay (or of its host's
-  relay process) loses nothing, but a crash of PostgreSQL itself may roll back the last few hundred milliseconds of
-  acknowledgements, and those events are then delivered again (never lost: the worker's queue entries are
-  committed with a synchronous commit).
+  ACK (or a later FETCH's AckUpTo) covers them, and ACK is committed before its reply. A new session starts again
+  after the last acknowledged entry, so a client or relay crash loses nothing.
+* On PostgreSQL the server's store connections run with ``synchronous_commit`` off, so recording a delivery costs
+  no WAL flush: a crash of PostgreSQL itself (not of the relay) may roll back the last few hundred milliseconds of
+  acknowledgements, and those events are delivered again. Queue entries are written by the worker with a
+  synchronous commit and are never lost.
 * A session is (ClientID, token). Each AUTH issues a new token; every later request on the connection must carry
-  it (0xFB otherwise), and every store statement that consumes checks it, so a session replaced by a newer AUTH in
+  it (0xFB otherwise), and every store write of a session checks it, so a session replaced by a newer AUTH in
   another relay process gets 0xFB on its next request. In this process the older connection is closed at once.
+* The read-ahead may serve an entry the worker's unqueue-oldest policy dropped a moment before (at most one
+  read-ahead of 128 entries); it never skips an entry the policy kept.
 """
 
 from relay.relayserver.server import RelayServer, ServerOptions, serve

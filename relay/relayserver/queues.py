@@ -7,8 +7,9 @@ functions that take a snapshot and return results, so no state is shared between
   POLLs from memory; an empty read-ahead costs one store call that also writes what is pending (below).
 * **Write-behind**: what a session delivers (the head it moved with POLL or auto-ack FETCH, its manual-ack cursor,
   its served count) is written to the store *after* the reply is sent, by one UPDATE that coalesces every delivery
-  since the previous one (:meth:`SessionQueue.schedule_sync`); one is in flight per session at a time, so the
-  store lags a busy session by about one round trip. Every store call of the session writes what is pending first.
+  since the previous one (:meth:`SessionQueue.schedule_sync`), :data:`SYNC_DELAY` after the first of them; one is in
+  flight per session at a time, so the store lags a busy session by a few milliseconds. Every store call of the
+  session writes what is pending first.
   A relay crash therefore never loses an event: what was sent but not yet written is delivered again (auto-ack is
   at-least-once, and a reply the client never read is never lost either).
 * **Ownership**: every write checks the session token. When a newer session (in any process) took over, the write
@@ -37,6 +38,8 @@ log = logging.getLogger("relay.server")
 
 #: Entries a POLL session reads ahead of its head.
 READ_AHEAD = 128
+#: Deliveries are written at most this long after the reply that made them (plus one store round trip).
+SYNC_DELAY = 0.005
 _RETRY_DELAY = 0.5
 
 
@@ -179,7 +182,12 @@ class SessionQueue:
 
     async def _sync_loop(self) -> None:
         while self._dirty and not self.stale:
+            # Gather the deliveries of a few milliseconds into one write: a store call per POLL would cost a thread
+            # hand-over per reply, and the GIL hand-over between threads costs more than the POLL itself.
+            await asyncio.sleep(SYNC_DELAY)
             pending = self._take_pending()
+            if pending is None:
+                return
             try:
                 bounds = await self.threads.run(_sync, self.client_id, self.token, pending)
             except StaleSession:

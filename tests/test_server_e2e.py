@@ -1,0 +1,156 @@
+"""``manage.py runrelay`` as a process: start-up checks, graceful stop, and end to end with the worker and MariaDB."""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from clientproto import RelayClient
+from relay.models import Client
+from relay.sandbox import MariaDB, free_tcp_port
+from tests.harness.processes import RelayProcess, relay_env, stop_all, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "test-secret"  # relay_env's
+
+
+@pytest.fixture(autouse=True)
+def _stop_processes() -> Iterator[None]:
+    yield
+    stop_all()
+
+
+def start_relay(server: MariaDB | None = None, **env: object) -> tuple[RelayProcess, int]:
+    port = free_tcp_port()
+    relay = RelayProcess(relay_env(server, **env), "runrelay", "--address", "127.0.0.1", "--port", str(port)).start()
+
+    def listening() -> bool:
+        if not relay.alive():
+            raise AssertionError(f"runrelay exited:\n{relay.output[-3000:]}")
+        try:
+            RelayClient("127.0.0.1", port, SECRET, "probe", reconnect=False, timeout=2).connect()
+            return True
+        except OSError:
+            return False
+
+    wait_for(listening, timeout=60, message="runrelay listening")
+    return relay, port
+
+
+def test_runrelay_refuses_an_empty_secret() -> None:
+    relay = RelayProcess(relay_env(None, RELAY_SERVER_AUTHSECRET=""), "runrelay", "--port", "0").start()
+    assert relay.wait(60) != 0
+    assert "[Server] AuthSecret" in relay.output
+
+
+def test_runrelay_stops_gracefully_on_sigterm() -> None:
+    relay, port = start_relay()
+    with RelayClient("127.0.0.1", port, SECRET, "graceful", reconnect=False) as client:
+        client.ping()
+        assert Client.objects.get(name="graceful").connected
+        waiting = threading.Thread(target=lambda: client.fetch(10, wait_ms=20_000))
+        waiting.start()
+        time.sleep(0.3)
+        relay.signal(signal.SIGTERM)
+        assert relay.wait(30) == 0
+        waiting.join(10)
+        assert not waiting.is_alive()  # the long-poll was answered before the stop
+    assert not Client.objects.get(name="graceful").connected
+
+
+def test_rows_from_the_source_come_out_of_poll_pollv2_and_fetch(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.orders (id INT UNSIGNED PRIMARY KEY, amount DECIMAL(10,2), note VARCHAR(20),"
+        f" created DATETIME(3), flag TINYINT)"
+    )
+    _relay, port = start_relay(server)
+    clients = {name: RelayClient("127.0.0.1", port, SECRET, name) for name in ("legacy", "legacy2", "modern")}
+    for client in clients.values():
+        client.connect()
+        client.add_filter("IUD", schema, "orders")
+    file, pos = server.binlog_position()
+    worker = RelayProcess(relay_env(server), "runbinlog", "--batch-ms", "10", "--from", f"{file}:{pos}").start()
+    server.execute(
+        f"INSERT INTO `{schema}`.orders VALUES (4000000000, 12.50, NULL, '2024-02-29 13:14:15.123', -1)",
+        f"INSERT INTO `{schema}`.orders VALUES (2, -0.5, 'NULL', NULL, 7)",
+        f"UPDATE `{schema}`.orders SET note = 'Liège' WHERE id = 2",
+        f"DELETE FROM `{schema}`.orders WHERE id = 4000000000",
+    )
+    fetched = []
+    deadline = time.monotonic() + 60
+    while len(fetched) < 4 and time.monotonic() < deadline:
+        assert worker.alive(), worker.output[-3000:]
+        fetched += clients["modern"].fetch(10, wait_ms=1000)
+    assert [(e.seq, e.type) for e in fetched] == [(1, 1), (2, 1), (3, 2), (4, 4)]
+    first = fetched[0]
+    assert first.after() == {
+        "id": b"4000000000",
+        "amount": b"12.50",
+        "note": None,
+        "created": b"2024-02-29 13:14:15.123",
+        "flag": b"-1",
+    }
+    assert first.file == file and first.pos > pos and first.row == 0 and first.timestamp > 1_700_000_000
+    assert fetched[2].before()["note"] == b"NULL" and fetched[2].after()["note"] == "Liège".encode()
+    assert fetched[3].before()["id"] == b"4000000000"
+
+    legacy = [clients["legacy"].poll() for _ in range(4)]
+    assert clients["legacy"].poll() is None
+    for event, modern in zip(legacy, fetched, strict=True):
+        assert event is not None
+        assert (event.type, event.pos, event.timestamp) == (modern.type, modern.pos, modern.timestamp)
+        assert event.event_position == modern.event_position
+    assert [(c.name, c.after) for c in legacy[0].columns] == [
+        ("id", b"4000000000"),
+        ("amount", b"12.50"),
+        ("note", b"NULL"),  # NULL as the original clients expect it
+        ("created", b"2024-02-29 13:14:15.123"),
+        ("flag", b"-1"),
+    ]
+    v2 = clients["legacy2"].poll_v2()
+    assert v2 is not None and v2.after() == legacy[0].after()
+    for client in clients.values():
+        client.close()
+    worker.stop()
+
+
+def test_long_poll_fetch_returns_within_50_ms_of_the_source_commit(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.ticks (id INT PRIMARY KEY)")
+    _relay, port = start_relay(server)
+    client = RelayClient("127.0.0.1", port, SECRET, "ticker")
+    client.connect()
+    client.add_filter("I", schema, "ticks")
+    file, pos = server.binlog_position()
+    worker = RelayProcess(relay_env(server), "runbinlog", "--batch-ms", "10", "--from", f"{file}:{pos}").start()
+    server.execute(f"INSERT INTO `{schema}`.ticks VALUES (0)")
+    assert client.fetch(10, wait_ms=30_000)  # the worker is up and streaming
+    delays = []
+    conn = server.connect(schema)
+    for n in range(1, 11):
+        received: list[float] = []
+
+        def wait(received: list[float] = received) -> None:
+            events = client.fetch(10, wait_ms=10_000)
+            received.append(time.monotonic())
+            assert events
+
+        waiting = threading.Thread(target=wait)
+        waiting.start()
+        time.sleep(0.2)
+        with conn.cursor() as cursor:
+            cursor.execute(f"INSERT INTO ticks VALUES ({n})")  # autocommit: returns after the COMMIT
+        committed = time.monotonic()
+        waiting.join(15)
+        assert received, worker.output[-3000:]
+        delays.append(received[0] - committed)
+    conn.close()
+    assert statistics.median(delays) < 0.05, delays
+    worker.stop()
