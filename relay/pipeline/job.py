@@ -17,6 +17,7 @@ for JSON change logs, 0 for the text layout (which has no transaction identity).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -96,6 +97,8 @@ def build_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master)
     settings = {
+        # What is shuffled is partial sums (tables x hours), never rows: a few partitions do, 200 only cost tasks.
+        "spark.sql.shuffle.partitions": "8",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         "spark.ui.showConsoleProgress": "false",
@@ -104,6 +107,7 @@ def build_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines about connections are noise in a report
     ship_packages(session.sparkContext)
     return session
 

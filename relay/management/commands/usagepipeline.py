@@ -68,8 +68,9 @@ class Command(BaseCommand):
                 spark.stop()
         rate = report.rows / report.decode_seconds if report.decode_seconds else 0.0
         self.stdout.write(
-            f"run {report.run}: {report.rows} row changes, {report.transactions} transactions from "
-            f"{len(report.files) - len(report.failed)} files in {report.seconds:.1f}s ({rate:,.0f} row changes/s)"
+            f"run {report.run}: {report.rows} row changes, {report.transactions} transactions from"
+            f" {len(report.files) - len(report.failed)} files in {report.seconds:.1f}s"
+            f" (decoding {rate:,.0f} row changes/s)"
         )
         for line in report.problems():
             self.stderr.write(f"not counted: {line}")
