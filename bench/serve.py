@@ -109,6 +109,18 @@ def wait_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
 
 def fill(client_ids: list[int], count: int) -> None:
     """Appends ``count`` changes to every listed client's queue, stored once and shared, as the worker stores them."""
+    from django.db import OperationalError
+
+    for attempt in range(20):
+        try:
+            return _fill(client_ids, count)
+        except OperationalError:  # SQLite: the relay's write-behind took the write lock under this transaction
+            if attempt == 19:
+                raise
+            time.sleep(0.1)
+
+
+def _fill(client_ids: list[int], count: int) -> None:
     from django.db import transaction
 
     from relay import bulk, rowcodec

@@ -63,8 +63,11 @@ def open_session(name: str, remote_address: str = "") -> Session:
         raise StoreError("client name is empty")
     now = timezone.now()
     with transaction.atomic():
-        client, _ = Client.objects.get_or_create(name=name)
-        QueueState.objects.get_or_create(client=client)
+        # A write first: on SQLite a transaction that reads before it writes cannot wait for the write lock (the
+        # upgrade fails at once with "database is locked" while the worker commits); a write waits its turn.
+        Client.objects.bulk_create([Client(name=name)], ignore_conflicts=True)
+        client = Client.objects.only("id").get(name=name)
+        QueueState.objects.bulk_create([QueueState(client_id=client.id)], ignore_conflicts=True)
         token = new_token()
         Client.objects.filter(id=client.id).update(
             token=token,
