@@ -198,7 +198,7 @@ class Ingestor:
             for client_id, queue in queues.items()
             for seq, position in queue.entries
         ]
-        bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "change_id"), entry_rows)
+        bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "change_id"), entry_rows, integers=True)
         for client_id, queue in queues.items():
             if not queue.entries and not queue.discarded:
                 continue
