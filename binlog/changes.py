@@ -118,6 +118,12 @@ class Transaction:
     statements: tuple[str, ...] = ()
     event_counts: dict[int, int] = field(default_factory=dict)
     schemas: tuple[str, ...] = ()  # the default database of each statement in ``statements``
+    # A transaction larger than the stream's chunk size comes in parts, so that no process ever holds a million rows
+    # at once: ``partial`` parts (numbered by ``part`` from 0) then a last, complete one. ``position`` of a partial
+    # part is the resume point *before* the transaction, so confirming it is harmless. A part 0 arriving while a
+    # transaction's parts are open means the stream reconnected and starts that transaction again.
+    partial: bool = False
+    part: int = 0
 
     @property
     def is_heartbeat(self) -> bool:

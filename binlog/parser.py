@@ -139,8 +139,11 @@ class EventDecoder:
         gtid: str = "",
         checksum_alg: int | None = None,
         verify_checksum: bool = True,
+        chunk_rows: int | None = None,
     ) -> None:
         self.provider = schema_provider
+        self.chunk_rows = chunk_rows  # a transaction with more rows comes in parts (see Transaction.partial)
+        self._part = 0
         self.resolver = TableResolver(schema_provider)
         self.file = file
         self.pos = pos
@@ -157,6 +160,7 @@ class EventDecoder:
         self.events = 0
         self._reset_transaction()
         self.counts: defaultdict[int, int] = defaultdict(int)
+        self._committed = Position(file, pos, gtid)  # where a reader resumes: after the last complete transaction
 
     # -- transaction state ----------------------------------------------------------------------------------------
 
@@ -193,9 +197,29 @@ class EventDecoder:
             tuple(self.statements),
             dict(self.counts),
             tuple(self.statement_schemas),
+            part=self._part,
         )
         self.counts.clear()
         self._reset_transaction()
+        self._part = 0
+        self._committed = trx.position
+        return trx
+
+    def _chunk(self) -> Transaction:
+        """The rows so far of an open transaction, as a partial part; the transaction goes on."""
+        trx = Transaction(
+            self.changes,
+            self._committed,
+            self.trx_timestamp or self.last_timestamp,
+            self.trx_gtid,
+            (),
+            dict(self.counts),
+            partial=True,
+            part=self._part,
+        )
+        self._part += 1
+        self.changes = []
+        self.counts.clear()
         return trx
 
     def _tick(self, file: str, pos: int) -> Transaction | None:
@@ -208,6 +232,7 @@ class EventDecoder:
             self.pos = pos
         trx = Transaction([], self.position(), self.last_timestamp, "", (), dict(self.counts))
         self.counts.clear()
+        self._committed = trx.position
         return trx
 
     # -- events ---------------------------------------------------------------------------------------------------
@@ -255,6 +280,8 @@ class EventDecoder:
             if log_pos > self.pos:
                 self.pos = log_pos
             self._rows(event, event_type, end, timestamp, log_pos)
+            if self.chunk_rows is not None and len(self.changes) >= self.chunk_rows:
+                return self._chunk()
             return None
         if event_type == TABLE_MAP_EVENT:
             self._table_map(event, end)

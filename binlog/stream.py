@@ -39,8 +39,10 @@ class BinlogStream:
         schema_provider: SchemaProvider | None = None,
         blocking: bool = True,
         verify_checksum: bool = True,
+        chunk_rows: int | None = None,
     ) -> None:
         self.settings = settings
+        self.chunk_rows = chunk_rows  # larger transactions come in parts (Transaction.partial)
         self.blocking = blocking
         self.verify_checksum = verify_checksum
         self._requested_start = start
@@ -122,6 +124,7 @@ class BinlogStream:
             gtid=start.gtid,
             checksum_alg=conn.checksum_alg,
             verify_checksum=self.verify_checksum,
+            chunk_rows=self.chunk_rows,
         )
         self.connected_at = time.time()
 

@@ -117,7 +117,8 @@ class Ingestor:
         WorkerStatus.objects.filter(source=self.source).update(
             rows=F("rows") + rows,
             rows_since_start=F("rows_since_start") + rows,
-            transactions=F("transactions") + sum(1 for tx in transactions if tx.changes or tx.statements),
+            transactions=F("transactions")
+            + sum(1 for tx in transactions if (tx.changes or tx.statements) and not tx.partial),
             heartbeat=timezone.now(),
         )
         if checkpoint and transactions:

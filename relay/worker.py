@@ -48,6 +48,7 @@ class WorkerOptions:
     filter_check_seconds: float = 0.5
     gc_interval_seconds: float = 2.0
     max_runtime_seconds: float | None = None  # for tests and benchmarks: stop cleanly after this long
+    chunk_rows: int = 5_000  # a larger binlog transaction is applied in parts, inside one store transaction
 
 
 def source_key(config: RelayConfig) -> str:
@@ -69,6 +70,12 @@ def source_settings(config: RelayConfig) -> SourceSettings:
 
 class _Stop(Exception):
     pass
+
+
+class _Restart(Exception):
+    def __init__(self, part: Transaction) -> None:
+        super().__init__("large transaction restarted")
+        self.part = part
 
 
 class Worker:
@@ -127,8 +134,9 @@ class Worker:
         start = self._start_position()
         log.info("starting at %s", start if start else "the source's current position")
         ingestor = Ingestor(self.source)
-        self._stream = self.stream_factory(source_settings(self.config), start)
-        handoff: queue.Queue[Transaction | BaseException | None] = queue.Queue(maxsize=64)
+        self._stream = self.stream_factory(source_settings(self.config), start, chunk_rows=self.options.chunk_rows)
+        # Small on purpose: with parts of chunk_rows rows, this bounds the rows held in memory.
+        handoff: queue.Queue[Transaction | BaseException | None] = queue.Queue(maxsize=8)
         reader = threading.Thread(target=self._read, args=(handoff,), name="binlog-reader", daemon=True)
         reader.start()
         collector = _GarbageCollector(self.options.gc_interval_seconds)
@@ -245,6 +253,12 @@ class Worker:
                 for tx in self._items(handoff, max(wait, 0.001)):
                     if tx is None:
                         break
+                    if tx.partial:
+                        if pending:
+                            self._flush(ingestor, pending)
+                            pending, pending_rows = [], 0
+                        self._apply_large(ingestor, tx, handoff)
+                        break
                     if not pending:
                         first_at = time.monotonic()
                     pending.append(tx)
@@ -261,12 +275,54 @@ class Worker:
         if pending:
             self._flush(ingestor, pending)
 
+    def _next_part(self, handoff: queue.Queue[Transaction | BaseException | None]) -> Transaction:
+        while True:
+            try:
+                item = handoff.get(timeout=0.5)
+            except queue.Empty:
+                if self.stop_requested.is_set():
+                    raise _Stop from None  # the open store transaction rolls back; the checkpoint is before it
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            if item is None:
+                raise _Stop
+            return item
+
+    def _apply_large(
+        self, ingestor: Ingestor, first: Transaction, handoff: queue.Queue[Transaction | BaseException | None]
+    ) -> None:
+        """A transaction that comes in parts: all of them in one store transaction, committed with the last."""
+        part = first
+        while True:
+            try:
+                rows = 0
+                with transaction.atomic():
+                    while True:
+                        ingestor.apply([part], checkpoint=not part.partial)
+                        self.changelog.write([part])
+                        rows += len(part.changes)
+                        if not part.partial:
+                            break
+                        part = self._next_part(handoff)
+                        if part.part == 0:  # the stream reconnected and starts this transaction again
+                            raise _Restart(part)
+                log.info("applied a transaction of %d rows in parts", rows)
+                self._report(part)
+                return
+            except _Restart as restart:
+                log.warning("the source connection broke inside a large transaction; applying it again")
+                part = restart.part
+
     def _flush(self, ingestor: Ingestor, batch: list[Transaction]) -> None:
         with transaction.atomic():
             ingestor.apply(batch)
         self.changelog.write(batch)
+        self._report(batch[-1])
+
+    def _report(self, last: Transaction) -> None:
         stream = self._stream
-        position = batch[-1].position
+        position = last.position
         WorkerStatus.objects.filter(source=self.source).update(
             state=WorkerStatus.State.CONNECTED,
             lag_seconds=getattr(stream, "lag_seconds", None),

@@ -310,3 +310,23 @@ def test_exactly_once_across_sigkills(fresh_schema: tuple[MariaDB, str]) -> None
     for name, rows in expected.items():
         assert queue_of(name) == rows, name
     assert worker.stop() == 0
+
+
+def test_a_large_transaction_is_applied_whole_across_kills(fresh_schema: tuple[MariaDB, str]) -> None:
+    """A 30,000-row transaction arrives in parts; kills in the middle of it never leave half of it queued."""
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20))")
+    subscribe("c", 1, schema, "t")
+    first_start = "{}:{}".format(*server.binlog_position())
+    with server.connect(schema) as conn, conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(1, 30_001)])
+        cur.execute("COMMIT")
+    for delay in (0.8, 1.5):
+        worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
+        time.sleep(delay)
+        worker.kill()
+        assert QueueEntry.objects.count() in (0, 30_000)  # all or nothing
+    worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
+    caught_up(server, worker, timeout=120)
+    assert [key for *_, key in queue_of("c")] == [str(i) for i in range(1, 30_001)]
