@@ -113,6 +113,17 @@ _GLOBALS: dict[str, object] = {
     "_wkt": _geometry_text,
     "_uncompress": _uncompress,
     "_from": int.from_bytes,
+    "_tsf": _values.timestamp_fast,
+    "DAY": _values.DAY_TEXT,
+    "SOD": _values.SECONDS_OF_DAY,
+    "SB": _values.SIGNED_BYTE,
+    "UB": _values.UNSIGNED_BYTE,
+    "YEAR": _values.YEAR_TEXT,
+    "DATE": _values.DATE_TEXT,
+    "DT2D": _values.DATETIME2_DATE,
+    "DT2T": _values.DATETIME2_TIME,
+    "T2": _values.TIME2_SECONDS,
+    **{f"FR{fsp}": memo for fsp, memo in _values.FRACTIONS.items()},
 }
 
 
@@ -135,17 +146,6 @@ class _Builder:
         return self.const(struct.Struct("<" + fmt).unpack_from, "u")
 
 
-def _length_prefixed(b: _Builder, var: str, width: int, ind: str, convert: str | None) -> None:
-    if width == 1:
-        b.lines.append(f"{ind}n = buf[p]; p += 1")
-    elif width == 2:
-        b.lines.append(f"{ind}n = buf[p] | buf[p + 1] << 8; p += 2")
-    else:
-        b.lines.append(f"{ind}n = _from(buf[p:p + {width}], 'little'); p += {width}")
-    raw = "buf[p:p + n]"
-    b.lines.append(f"{ind}{var} = {convert.format(raw) if convert else raw}; p += n")
-
-
 def _text_convert(column: ColumnInfo) -> str | None:
     """The expression (with {} for the bytes) turning a string column's bytes into its value."""
     if column.charset is None:
@@ -156,77 +156,176 @@ def _text_convert(column: ColumnInfo) -> str | None:
     return f"{{}}.decode({codec!r}, {errors!r})"
 
 
-def _emit_value(b: _Builder, column: ColumnInfo, var: str, ind: str) -> None:
+def fixed_size(column: ColumnInfo) -> int | None:
+    """Bytes a value of the column takes in a row image, or None when it carries its own length."""
     t, meta = column.type_code, column.meta
-    add = b.lines.append
     if t in _INT_FORMATS:
-        size, signed, unsigned = _INT_FORMATS[t]
-        u = b.unpacker(unsigned if column.unsigned else signed)
-        add(f"{ind}{var} = str({u}(buf, p)[0]); p += {size}")
-    elif t == MYSQL_TYPE_INT24:
-        add(f"{ind}{var} = str(_from(buf[p:p + 3], 'little', signed={not column.unsigned})); p += 3")
-    elif t == MYSQL_TYPE_FLOAT:
-        add(f"{ind}{var} = _float({b.unpacker('f')}(buf, p)[0]); p += 4")
-    elif t == MYSQL_TYPE_DOUBLE:
-        add(f"{ind}{var} = _double({b.unpacker('d')}(buf, p)[0]); p += 8")
-    elif t == MYSQL_TYPE_NEWDECIMAL:
-        precision, scale = meta >> 8, meta & 0xFF
-        dec = b.const(_values.decimal_decoder(precision, scale), "dec")
-        add(f"{ind}{var} = {dec}(buf, p); p += {_values.decimal_size(precision, scale)}")
-    elif t == MYSQL_TYPE_YEAR:
-        add(f"{ind}n = buf[p]; p += 1; {var} = str(n + 1900) if n else '0000'")
-    elif t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
-        add(f"{ind}{var} = _date(buf[p] | buf[p + 1] << 8 | buf[p + 2] << 16); p += 3")
-    elif t == MYSQL_TYPE_TIMESTAMP:
-        add(f"{ind}{var} = _ts({b.unpacker('I')}(buf, p)[0], 0, 0); p += 4")
-    elif t == MYSQL_TYPE_TIMESTAMP2:
-        fsp = meta
-        usec = f"_frac(buf, p + 4, {fsp})" if fsp else "0"
-        add(f"{ind}{var} = _ts(_from(buf[p:p + 4], 'big'), {usec}, {fsp}); p += {4 + (fsp + 1) // 2}")
-    elif t == MYSQL_TYPE_DATETIME2:
-        fsp = meta
-        usec = f"_frac(buf, p + 5, {fsp})" if fsp else "0"
-        add(f"{ind}{var} = _dt2(_from(buf[p:p + 5], 'big') - 549755813888, {usec}, {fsp}); p += {5 + (fsp + 1) // 2}")
-    elif t == MYSQL_TYPE_DATETIME:
-        add(f"{ind}{var} = _dtold({b.unpacker('Q')}(buf, p)[0]); p += 8")
-    elif t == MYSQL_TYPE_TIME:
-        add(f"{ind}{var} = _tmold(_from(buf[p:p + 3], 'little', signed=True)); p += 3")
-    elif t == MYSQL_TYPE_TIME2:
-        add(f"{ind}{var} = _tm2(buf, p, {meta}); p += {_values.time2_size(meta)}")
-    elif t == MYSQL_TYPE_BIT:
+        return _INT_FORMATS[t][0]
+    if t == MYSQL_TYPE_NEWDECIMAL:
+        return _values.decimal_size(meta >> 8, meta & 0xFF)
+    return {
+        MYSQL_TYPE_INT24: 3,
+        MYSQL_TYPE_FLOAT: 4,
+        MYSQL_TYPE_DOUBLE: 8,
+        MYSQL_TYPE_YEAR: 1,
+        MYSQL_TYPE_DATE: 3,
+        MYSQL_TYPE_NEWDATE: 3,
+        MYSQL_TYPE_TIMESTAMP: 4,
+        MYSQL_TYPE_TIMESTAMP2: 4 + (meta + 1) // 2,
+        MYSQL_TYPE_DATETIME2: 5 + (meta + 1) // 2,
+        MYSQL_TYPE_DATETIME: 8,
+        MYSQL_TYPE_TIME: 3,
+        MYSQL_TYPE_TIME2: 3 + (meta + 1) // 2,
+        MYSQL_TYPE_BIT: ((meta & 0xFF) * 8 + (meta >> 8) + 7) // 8,
+        MYSQL_TYPE_ENUM: meta,
+        MYSQL_TYPE_SET: meta,
+        MYSQL_TYPE_NULL: 0,
+    }.get(t)
+
+
+def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
+    """(statements, expression) reading a fixed-size value that starts ``off`` bytes after ``p``."""
+
+    def at(k: int) -> str:
+        return "p" if off + k == 0 else f"p + {off + k}"
+
+    t, meta = column.type_code, column.meta
+    if t == MYSQL_TYPE_TINY:
+        return [], f"{'UB' if column.unsigned else 'SB'}[buf[{at(0)}]]"
+    if t in _INT_FORMATS:
+        _size, signed, unsigned = _INT_FORMATS[t]
+        return [], f"str({b.unpacker(unsigned if column.unsigned else signed)}(buf, {at(0)})[0])"
+    if t == MYSQL_TYPE_INT24:
+        return [], f"str(_from(buf[{at(0)}:{at(3)}], 'little', signed={not column.unsigned}))"
+    if t == MYSQL_TYPE_FLOAT:
+        return [], f"_float({b.unpacker('f')}(buf, {at(0)})[0])"
+    if t == MYSQL_TYPE_NEWDECIMAL:
+        size = _values.decimal_size(meta >> 8, meta & 0xFF)
+        return _values.decimal_inline(meta >> 8, meta & 0xFF, at(0), at(size))
+    if t == MYSQL_TYPE_DOUBLE:
+        # repr() is already right for fixed-notation values under 16 characters; the rest takes the full path.
+        return [f"r = repr({b.unpacker('d')}(buf, {at(0)})[0])"], (
+            "(r[:-2] if r[-2:] == '.0' else r) if len(r) < 18 and 'e' not in r else _double(float(r))"
+        )
+    if t == MYSQL_TYPE_YEAR:
+        return [], f"YEAR[buf[{at(0)}]]"
+    if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
+        return [], f"DATE[buf[{at(0)}] | buf[{at(1)}] << 8 | buf[{at(2)}] << 16]"
+    if t == MYSQL_TYPE_TIMESTAMP:
+        return [], f"_tsf({b.unpacker('I')}(buf, {at(0)})[0])"
+    if t == MYSQL_TYPE_TIMESTAMP2:
+        if meta:
+            return [], f"_ts(_from(buf[{at(0)}:{at(4)}], 'big'), _frac(buf, {at(4)}, {meta}), {meta})"
+        return [f"n = _from(buf[{at(0)}:{at(4)}], 'big')"], (
+            "DAY[n // 86400] + SOD[n % 86400] if n else '0000-00-00 00:00:00'"
+        )
+    if t == MYSQL_TYPE_DATETIME2:
+        # Valid DATETIME2 values are never negative: the date and time halves go through their memos.
+        fraction = {
+            0: "",
+            1: f" + FR1[buf[{at(5)}] * 10000]",
+            2: f" + FR2[buf[{at(5)}] * 10000]",
+            3: f" + FR3[(buf[{at(5)}] << 8 | buf[{at(6)}]) * 100]",
+            4: f" + FR4[(buf[{at(5)}] << 8 | buf[{at(6)}]) * 100]",
+            5: f" + FR5[_from(buf[{at(5)}:{at(8)}], 'big')]",
+            6: f" + FR6[_from(buf[{at(5)}:{at(8)}], 'big')]",
+        }[meta]
+        return [f"n = _from(buf[{at(0)}:{at(5)}], 'big') - 549755813888"], f"DT2D[n >> 17] + DT2T[n & 131071]{fraction}"
+    if t == MYSQL_TYPE_DATETIME:
+        return [], f"_dtold({b.unpacker('Q')}(buf, {at(0)})[0])"
+    if t == MYSQL_TYPE_TIME:
+        return [], f"_tmold(_from(buf[{at(0)}:{at(3)}], 'little', signed=True))"
+    if t == MYSQL_TYPE_TIME2:
+        if meta == 0:
+            return [], f"T2[(buf[{at(0)}] << 16 | buf[{at(1)}] << 8 | buf[{at(2)}]) - 8388608]"
+        return [], f"_tm2(buf, {at(0)}, {meta})"
+    if t == MYSQL_TYPE_BIT:
         nbytes = ((meta & 0xFF) * 8 + (meta >> 8) + 7) // 8
-        add(f"{ind}{var} = str(_from(buf[p:p + {nbytes}], 'big')); p += {nbytes}")
-    elif t == MYSQL_TYPE_ENUM:
-        labels = b.const(column.enum_values, "labels")
-        add(f"{ind}{var} = _enum(_from(buf[p:p + {meta}], 'little'), {labels}); p += {meta}")
-    elif t == MYSQL_TYPE_SET:
-        labels = b.const(column.set_values, "labels")
-        add(f"{ind}{var} = _set(_from(buf[p:p + {meta}], 'little'), {labels}); p += {meta}")
-    elif t in (MYSQL_TYPE_VARCHAR, MYSQL_TYPE_VAR_STRING, MYSQL_TYPE_STRING):
-        _length_prefixed(b, var, 1 if meta < 256 else 2, ind, _text_convert(column))
-        if t == MYSQL_TYPE_STRING and column.charset == "binary" and meta:
-            # BINARY(n) is stored without its trailing zero bytes; SELECT shows them.
-            add(f"{ind}if n < {meta}: {var} = {var} + bytes({meta} - n)")
-    elif t == MYSQL_TYPE_VARCHAR_COMPRESSED:
-        convert = _text_convert(column)
-        inner = "_uncompress({})"
-        _length_prefixed(b, var, 1 if meta < 256 else 2, ind, convert.format(inner) if convert else inner)
-    elif t == MYSQL_TYPE_BLOB_COMPRESSED:
-        convert = _text_convert(column)
-        inner = "_uncompress({})"
-        _length_prefixed(b, var, meta, ind, convert.format(inner) if convert else inner)
+        if nbytes == 1:
+            return [], f"UB[buf[{at(0)}]]"
+        return [], f"str(_from(buf[{at(0)}:{at(nbytes)}], 'big'))"
+    if t == MYSQL_TYPE_ENUM:
+        if meta == 1:
+            return [], f"{b.const(_values.enum_table(column.enum_values), 'enum')}[buf[{at(0)}]]"
+        return [], f"_enum(_from(buf[{at(0)}:{at(meta)}], 'little'), {b.const(column.enum_values, 'labels')})"
+    if t == MYSQL_TYPE_SET:
+        if meta == 1:
+            return [], f"{b.const(_values.set_memo(column.set_values), 'set')}[buf[{at(0)}]]"
+        if meta == 2:
+            return [], f"{b.const(_values.set_memo(column.set_values), 'set')}[buf[{at(0)}] | buf[{at(1)}] << 8]"
+        return [], f"_set(_from(buf[{at(0)}:{at(meta)}], 'little'), {b.const(column.set_values, 'labels')})"
+    if t == MYSQL_TYPE_NULL:
+        return [], "None"
+    raise BinlogError(f"column {column.name!r} has binlog type {t}, which this decoder cannot read")
+
+
+def _emit_variable(b: _Builder, column: ColumnInfo, var: str, ind: str) -> None:
+    """A value with its own length prefix: strings, BLOB/TEXT, JSON, GEOMETRY."""
+    t, meta = column.type_code, column.meta
+    padded_binary = 0
+    if t in (MYSQL_TYPE_VARCHAR, MYSQL_TYPE_VAR_STRING, MYSQL_TYPE_STRING):
+        width, convert = (1 if meta < 256 else 2), _text_convert(column)
+        if t == MYSQL_TYPE_STRING and column.charset == "binary":
+            padded_binary = meta  # BINARY(n) is stored without its trailing zero bytes; SELECT shows them.
+    elif t in (MYSQL_TYPE_VARCHAR_COMPRESSED, MYSQL_TYPE_BLOB_COMPRESSED):
+        width = (1 if meta < 256 else 2) if t == MYSQL_TYPE_VARCHAR_COMPRESSED else meta
+        text = _text_convert(column)
+        convert = text.format("_uncompress({})") if text else "_uncompress({})"
     elif t in _BLOB_LIKE:
+        width = meta
         if t == MYSQL_TYPE_JSON:
-            convert: str | None = "_json({})"
+            convert = "_json({})"
         elif t == MYSQL_TYPE_GEOMETRY or column.is_geometry:
             convert = "_wkt({})"
         else:
             convert = _text_convert(column)
-        _length_prefixed(b, var, meta, ind, convert)
-    elif t == MYSQL_TYPE_NULL:
-        add(f"{ind}{var} = None")
     else:
         raise BinlogError(f"column {column.name!r} has binlog type {t}, which this decoder cannot read")
+    if width == 1:
+        length = "buf[p]"
+    elif width == 2:
+        length = "(buf[p] | buf[p + 1] << 8)"
+    else:
+        length = f"_from(buf[p:p + {width}], 'little')"
+    # n = end of the value relative to p
+    raw = f"buf[p + {width}:p + n]"
+    b.lines.append(f"{ind}n = {length} + {width}")
+    b.lines.append(f"{ind}{var} = {convert.format(raw) if convert else raw}; p += n")
+    if padded_binary:
+        b.lines.append(f"{ind}if n - {width} < {padded_binary}: {var} += bytes({padded_binary + width} - n)")
+
+
+_STRUCT_INTS = {MYSQL_TYPE_TINY, MYSQL_TYPE_SHORT, MYSQL_TYPE_LONG, MYSQL_TYPE_LONGLONG}
+
+
+def _emit_fixed_block(b: _Builder, block: list[tuple[int, int, ColumnInfo]], ind: str) -> None:
+    """Straight-line code for consecutive fixed-size values known not to be NULL, at constant offsets from p.
+
+    Runs of integers are read with one struct call and turned into text with one format and one split.
+    """
+    off = 0
+    i = 0
+    while i < len(block):
+        j = i
+        while j < len(block) and block[j][2].type_code in _STRUCT_INTS:
+            j += 1
+        if j - i >= 3:
+            fmt = "".join(_INT_FORMATS[c.type_code][2 if c.unsigned else 1] for _bit, _index, c in block[i:j])
+            names = ", ".join(f"v{index}" for _bit, index, _c in block[i:j])
+            pattern = "\x1f".join(["%d"] * (j - i))
+            at = "p" if off == 0 else f"p + {off}"
+            b.lines.append(f"{ind}{names} = ('{pattern}' % {b.unpacker(fmt)}(buf, {at})).split('\x1f')")
+            off += sum(_INT_FORMATS[c.type_code][0] for _bit, _index, c in block[i:j])
+            i = j
+            continue
+        _bit, index, column = block[i]
+        prelude, expression = _fixed(b, column, off)
+        b.lines.extend(ind + line for line in prelude)
+        b.lines.append(f"{ind}v{index} = {expression}")
+        off += fixed_size(column) or 0
+        i += 1
+    if off:
+        b.lines.append(f"{ind}p += {off}")
 
 
 def _layout_key(column: ColumnInfo) -> tuple:
@@ -273,19 +372,44 @@ def _generate(columns: tuple[ColumnInfo, ...], present: int) -> RowDecoder:
             b.lines.append(f"    nb = _from(buf[p:p + {null_bytes}], 'little'); p += {null_bytes}")
     elif null_bytes:
         b.lines.append(f"    p += {null_bytes}")
-    names: list[str] = []
-    for bit, index in enumerate(present_indexes):
-        column = columns[index]
-        var = f"v{index}"
-        if column.nullable:
-            b.lines.append(f"    if nb & {1 << bit}:")
-            b.lines.append(f"        {var} = None")
-            b.lines.append("    else:")
-            _emit_value(b, column, var, "        ")
+    # Group the image into blocks of consecutive fixed-size columns and single variable-size ones.
+    items = [(bit, index, columns[index]) for bit, index in enumerate(present_indexes)]
+    k = 0
+    while k < len(items):
+        bit, index, column = items[k]
+        if fixed_size(column) is None:
+            var = f"v{index}"
+            if column.nullable:
+                b.lines += [f"    if nb & {1 << bit}:", f"        {var} = None", "    else:"]
+                _emit_variable(b, column, var, "        ")
+            else:
+                _emit_variable(b, column, var, "    ")
+            k += 1
+            continue
+        end = k
+        while end < len(items) and fixed_size(items[end][2]) is not None:
+            end += 1
+        block = items[k:end]
+        mask = sum(1 << bit for bit, _index, column in block if column.nullable)
+        if not mask:
+            _emit_fixed_block(b, block, "    ")
         else:
-            _emit_value(b, column, var, "    ")
-    for index in range(len(columns)):
-        names.append(f"v{index}" if present >> index & 1 else "NP")
+            # The common case, no NULL in the block, reads it at constant offsets; otherwise column by column.
+            b.lines.append(f"    if not nb & {mask}:")
+            _emit_fixed_block(b, block, "        ")
+            b.lines.append("    else:")
+            for bit, index, column in block:
+                prelude, expression = _fixed(b, column, 0)
+                size = fixed_size(column) or 0
+                if column.nullable:
+                    b.lines += [f"        if nb & {1 << bit}:", f"            v{index} = None", "        else:"]
+                    b.lines.extend("            " + line for line in prelude)
+                    b.lines.append(f"            v{index} = {expression}; p += {size}")
+                else:
+                    b.lines.extend("        " + line for line in prelude)
+                    b.lines.append(f"        v{index} = {expression}; p += {size}")
+        k = end
+    names = [f"v{index}" if present >> index & 1 else "NP" for index in range(len(columns))]
     tuple_text = ", ".join(names) + ("," if len(names) == 1 else "")
     b.lines.append(f"    return ({tuple_text}), p")
     source = "\n".join(b.lines)

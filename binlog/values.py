@@ -49,26 +49,37 @@ def _digits_of(text: str) -> tuple[bool, str, int]:
 
 def format_double(value: float) -> str:
     """DOUBLE as the shortest text that reads back to the same double, in MariaDB's notation."""
-    if value == 0.0:
-        return "0"
+    text = repr(value)
+    if "e" not in text and -1e15 < value < 1e15:
+        # repr already has the shortest digits in fixed notation (it uses it for 1e-4 <= |x| < 1e16).
+        if value == 0.0:
+            return "0"
+        return text[:-2] if text.endswith(".0") else text
     if value != value or value in (float("inf"), float("-inf")):
-        return repr(value)
-    negative, digits, decpt = _digits_of(repr(value))
+        return text
+    negative, digits, decpt = _digits_of(text)
     return _format_digits(negative, digits, decpt)
 
 
 @lru_cache(maxsize=65536)
 def format_float(value: float) -> str:
-    """FLOAT (a single-precision value widened to double) as the shortest text that reads back to the same float."""
+    """FLOAT (a single-precision value widened to double) as the shortest text that reads back to the same float.
+
+    Fewer than 7 digits never pin a single down ambiguously, so if 6 significant digits read back, ``%g`` (which drops
+    trailing zeros) already gives the shortest text; otherwise 7, 8 or 9 digits do. ``%g`` uses fixed notation for
+    exponents -4..precision-1, inside MariaDB's fixed range, so only its exponent form needs reformatting.
+    """
     if value == 0.0:
         return "0"
     if value != value or value in (float("inf"), float("-inf")):
         return repr(value)
     packed = _pack_f(value)
-    for precision in range(1, 10):
+    for precision in (6, 7, 8, 9):
         text = f"{value:.{precision}g}"
         if _pack_f(float(text)) == packed:
             break
+    if "e" not in text:
+        return text
     negative, digits, decpt = _digits_of(text)
     return _format_digits(negative, digits, decpt)
 
@@ -131,7 +142,66 @@ def decimal_decoder(precision: int, scale: int) -> Callable[[bytes, int], str]:
     return namespace["dec"]  # type: ignore[return-value]
 
 
+def decimal_inline(precision: int, scale: int, start: str, end: str) -> tuple[list[str], str]:
+    """(statements, expression) decoding DECIMAL(precision, scale) from ``buf[start:end]`` inline, for the row
+    decoders: the same layout as ``decimal_decoder``, with the digit groups taken by shifts of one integer."""
+    intg0, intg0x = divmod(precision - scale, 9)
+    frac0, frac0x = divmod(scale, 9)
+    size = decimal_size(precision, scale)
+    sign_bit = 1 << (size * 8 - 1)
+    statements = [
+        f"n = _from(buf[{start}:{end}], 'big')",
+        f"if n & {sign_bit}: n ^= {sign_bit}; m = ''",
+        f"else: n ^= {(1 << (size * 8)) - 1 ^ sign_bit}; m = '-' if n else ''",  # never a negative zero
+    ]
+    shift = 0
+    frac_terms: list[str] = []
+    int_terms: list[str] = []
+
+    def group(bits: int, weight: int) -> str:
+        value = f"n >> {shift} & {(1 << bits) - 1}" if shift else f"n & {(1 << bits) - 1}"
+        return f"({value})" if weight == 1 else f"({value}) * {weight}"
+
+    if frac0x:
+        frac_terms.append(group(DIG2BYTES[frac0x] * 8, 1))
+        shift += DIG2BYTES[frac0x] * 8
+    for i in range(frac0):
+        frac_terms.append(group(32, 10 ** (frac0x + 9 * i)))
+        shift += 32
+    for i in range(intg0):
+        int_terms.append(group(32, 10 ** (9 * i)))
+        shift += 32
+    if intg0x:
+        lead = f"(n >> {shift})" if shift else "n"
+        int_terms.append(lead if not intg0 else f"{lead} * {10 ** (9 * intg0)}")
+    integer = " + ".join(int_terms) or "0"
+    if scale:
+        return statements, f"'%s%d.%0{scale}d' % (m, {integer}, {' + '.join(frac_terms)})"
+    return statements, f"'%s%d' % (m, {integer})"
+
+
 # -- dates and times --------------------------------------------------------------------------------------------------
+
+
+class Memo(dict):
+    """A dict that fills itself from a function: ``memo[key]`` costs one lookup once the key was seen.
+
+    Dates, times of day and ENUM/SET texts repeat a lot across rows; rendering each once saves most of their cost.
+    The memo forgets everything when it grows past ``limit`` entries, so odd data cannot make it grow forever.
+    """
+
+    __slots__ = ("function", "limit")
+
+    def __init__(self, function: Callable[[int], str], limit: int = 200_000) -> None:
+        super().__init__()
+        self.function = function
+        self.limit = limit
+
+    def __missing__(self, key: int) -> str:
+        if len(self) >= self.limit:
+            self.clear()
+        value = self[key] = self.function(key)
+        return value
 
 
 def fraction_text(usec: int, fsp: int) -> str:
@@ -255,3 +325,57 @@ def text_or_bytes(data: bytes) -> str | bytes:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data
+
+
+def _hms_text(hms: int) -> str:
+    """A packed hour << 12 | minute << 6 | second (DATETIME2's time part) as hh:mm:ss."""
+    return f"{hms >> 12:02d}:{(hms >> 6) & 63:02d}:{hms & 63:02d}"
+
+
+def _ymd_text(ymd: int) -> str:
+    """DATETIME2's date part, (year * 13 + month) << 5 | day, as 'YYYY-MM-DD '."""
+    ym = ymd >> 5
+    return f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d} "
+
+
+def _seconds_of_day_text(seconds: int) -> str:
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _time2_text(value: int) -> str:
+    """TIME2 without fraction: the 3-byte value with its offset removed (negative for negative times)."""
+    sign = ""
+    if value < 0:
+        sign, value = "-", -value
+    return f"{sign}{(value >> 12) & 0x3FF:02d}:{(value >> 6) & 63:02d}:{value & 63:02d}"
+
+
+DATE_TEXT = Memo(date_text)
+DATETIME2_DATE = Memo(_ymd_text)
+DATETIME2_TIME = Memo(_hms_text)
+DAY_TEXT = Memo(lambda day: date_of_unix_day(day) + " ")
+SECONDS_OF_DAY = Memo(_seconds_of_day_text, 86400)
+TIME2_SECONDS = Memo(_time2_text)
+FRACTIONS = {fsp: Memo(lambda usec, fsp=fsp: "." + f"{usec:06d}"[:fsp]) for fsp in range(1, 7)}
+
+
+def timestamp_fast(seconds: int) -> str:
+    """TIMESTAMP without fraction (the common case), through the day and time-of-day memos."""
+    if not seconds:
+        return "0000-00-00 00:00:00"
+    day, rem = divmod(seconds, 86400)
+    return DAY_TEXT[day] + SECONDS_OF_DAY[rem]
+
+
+def enum_table(labels: tuple[str, ...]) -> tuple[str, ...]:
+    """Texts of a 1-byte ENUM by raw index byte."""
+    return tuple(enum_text(i, labels) for i in range(256))
+
+
+def set_memo(labels: tuple[str, ...]) -> Memo:
+    return Memo(lambda bits: set_text(bits, labels), 65536)
+
+
+SIGNED_BYTE = tuple(str(i - 256 if i > 127 else i) for i in range(256))
+UNSIGNED_BYTE = tuple(str(i) for i in range(256))
+YEAR_TEXT = tuple("0000" if i == 0 else str(1900 + i) for i in range(256))
