@@ -85,6 +85,10 @@ class RelayProcess:
         assert self.process is not None
         try:
             return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{' '.join(self.args)} still running after {timeout}s:\n{self.output[-3000:]}"
+            ) from None
         finally:
             if self.process.poll() is not None:
                 _RUNNING.discard(self)
