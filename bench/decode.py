@@ -135,7 +135,7 @@ def main() -> None:
                 blocking=False,
                 only_events=[WriteRowsEvent, UpdateRowsEvent],
                 only_schemas=["bench"],
-                is_mariadb=True,
+                is_mariadb=False,  # its MariaDB mode starts by GTID and ignores log_file/log_pos
             )
             count = 0
             try:

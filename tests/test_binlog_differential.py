@@ -77,7 +77,7 @@ def _theirs(server: MariaDB, schema: str, start: tuple[str, int]) -> list[tuple[
         blocking=False,
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
         only_schemas=[schema],
-        is_mariadb=True,
+        is_mariadb=False,  # its MariaDB mode starts by GTID and ignores log_file/log_pos
     )
     rows = []
     try:
