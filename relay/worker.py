@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import signal
 import socket
 import threading
@@ -29,9 +28,12 @@ from binlog import BinlogError, BinlogStream, Position, PurgedPositionError, Sou
 from relay import store, usage
 from relay.changelog import ChangeLog
 from relay.config import RelayConfig
+from relay.handoff import Empty, RowBoundedHandoff
 from relay.ingest import Ingestor
 from relay.leader import LeaderLock
 from relay.models import Checkpoint, WorkerStatus
+
+Handoff = RowBoundedHandoff["Transaction | BaseException | None"]
 
 log = logging.getLogger("relay.worker")
 
@@ -135,8 +137,7 @@ class Worker:
         log.info("starting at %s", start if start else "the source's current position")
         ingestor = Ingestor(self.source)
         self._stream = self.stream_factory(source_settings(self.config), start, chunk_rows=self.options.chunk_rows)
-        # Small on purpose: with parts of chunk_rows rows, this bounds the rows held in memory.
-        handoff: queue.Queue[Transaction | BaseException | None] = queue.Queue(maxsize=8)
+        handoff: Handoff = RowBoundedHandoff(max_rows=max(4 * self.options.chunk_rows, self.options.batch_rows))
         reader = threading.Thread(target=self._read, args=(handoff,), name="binlog-reader", daemon=True)
         reader.start()
         collector = _GarbageCollector(self.options.gc_interval_seconds)
@@ -189,30 +190,24 @@ class Worker:
 
     # -- reading and applying -------------------------------------------------------------------------------------
 
-    def _read(self, handoff: queue.Queue[Transaction | BaseException | None]) -> None:
+    def _read(self, handoff: Handoff) -> None:
         try:
             for tx in self._stream:
                 # Buffered from here on: after a reconnect the stream resumes after it, not at its first start.
                 self._stream.confirm(tx.position)
-                while True:
-                    try:
-                        handoff.put(tx, timeout=0.5)
-                        break
-                    except queue.Full:
-                        if self.stop_requested.is_set():
-                            return
+                while not handoff.put(tx, len(tx.changes), timeout=0.5):
+                    if self.stop_requested.is_set():
+                        return
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which decides
-            handoff.put(exc)
+            handoff.put(exc, 0, timeout=3600)
             return
-        handoff.put(None)
+        handoff.put(None, 0, timeout=3600)
 
-    def _items(
-        self, handoff: queue.Queue[Transaction | BaseException | None], timeout: float
-    ) -> Iterator[Transaction | None]:
+    def _items(self, handoff: Handoff, timeout: float) -> Iterator[Transaction | None]:
         """Transactions as they come; None when ``timeout`` passes without one."""
         try:
             item = handoff.get(timeout=timeout)
-        except queue.Empty:
+        except Empty:
             yield None
             return
         if isinstance(item, BaseException):
@@ -223,7 +218,7 @@ class Worker:
 
     def _consume(
         self,
-        handoff: queue.Queue[Transaction | BaseException | None],
+        handoff: Handoff,
         ingestor: Ingestor,
         should_stop: Callable[[], bool],
         lock: LeaderLock,
@@ -263,8 +258,12 @@ class Worker:
                         first_at = time.monotonic()
                     pending.append(tx)
                     pending_rows += len(tx.changes)
+                # Group commit: a batch ends when the reader has nothing more right now (low latency when the
+                # source is quiet), or at batch_rows / batch_ms (large batches when it is busy).
                 if pending and (
-                    pending_rows >= self.options.batch_rows or time.monotonic() - first_at >= batch_seconds
+                    pending_rows >= self.options.batch_rows
+                    or handoff.empty()
+                    or time.monotonic() - first_at >= batch_seconds
                 ):
                     if not lock.still_held():
                         raise BinlogError("lost the worker lock (store connection gone); stopping")
@@ -275,11 +274,11 @@ class Worker:
         if pending:
             self._flush(ingestor, pending)
 
-    def _next_part(self, handoff: queue.Queue[Transaction | BaseException | None]) -> Transaction:
+    def _next_part(self, handoff: Handoff) -> Transaction:
         while True:
             try:
                 item = handoff.get(timeout=0.5)
-            except queue.Empty:
+            except Empty:
                 if self.stop_requested.is_set():
                     raise _Stop from None  # the open store transaction rolls back; the checkpoint is before it
                 continue
@@ -289,9 +288,7 @@ class Worker:
                 raise _Stop
             return item
 
-    def _apply_large(
-        self, ingestor: Ingestor, first: Transaction, handoff: queue.Queue[Transaction | BaseException | None]
-    ) -> None:
+    def _apply_large(self, ingestor: Ingestor, first: Transaction, handoff: Handoff) -> None:
         """A transaction that comes in parts: all of them in one store transaction, committed with the last."""
         part = first
         while True:
