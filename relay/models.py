@@ -112,11 +112,14 @@ class QueueEntry(models.Model):
     seq = models.BigIntegerField()
     # No database constraint: changes are deleted only once no entry points at them (relay/store.py), and the
     # constraint check would cost a lookup on every insert in the hot path.
-    change = models.ForeignKey(Change, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    change = models.ForeignKey(
+        Change, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
 
     class Meta:
+        # Only (client, seq): the garbage collector finds the changes still needed from each queue's head, so no
+        # index on change is maintained for every entry the worker writes.
         constraints = [models.UniqueConstraint(fields=["client", "seq"], name="queue_entry_client_seq")]
-        indexes = [models.Index(fields=["change"], name="queue_entry_change")]
         verbose_name_plural = "queue entries"
 
     def __str__(self) -> str:
