@@ -519,3 +519,20 @@ def wait_until(predicate, timeout: float = 5.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_requests_never_wait_out_the_write_behind_delay(relay: ServerThread, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A request writes what is pending itself: it does not wait for the sleeping write-behind task.
+    from relay.relayserver import queues
+
+    monkeypatch.setattr(queues, "SYNC_DELAY", 2.0)
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": str(i)} for i in range(10)])
+    started = time.monotonic()
+    seqs = [e.seq for _ in range(5) for e in fetch(client, 2).events]
+    assert time.monotonic() - started < 1.5
+    assert seqs == list(range(1, 11))
+    assert fetch(client) is None
+    # Everything but (at most) the last reply's deliveries is in the store already; the rest follows.
+    assert Client.objects.get(id=client.client_id).acked_seq >= 8
+    wait_until(lambda: Client.objects.get(id=client.client_id).acked_seq == 10)

@@ -21,7 +21,6 @@ functions that take a snapshot and return results, so no state is shared between
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -136,6 +135,8 @@ class SessionQueue:
     _dirty: bool = False
     _ahead: deque[StoredEntry] = field(default_factory=deque)
     _sync_task: asyncio.Task[None] | None = None
+    #: The write-behind store call in flight, if any (the sync task spends most of its life sleeping before it).
+    _writing: asyncio.Future[Bounds] | None = None
 
     # -- pending writes -------------------------------------------------------------------------------------------
 
@@ -188,8 +189,9 @@ class SessionQueue:
             pending = self._take_pending()
             if pending is None:
                 return
+            self._writing = asyncio.ensure_future(self.threads.run(_sync, self.client_id, self.token, pending))
             try:
-                bounds = await self.threads.run(_sync, self.client_id, self.token, pending)
+                bounds = await self._writing
             except StaleSession:
                 self.stale = True
                 return
@@ -201,11 +203,14 @@ class SessionQueue:
             self._apply(bounds)
 
     async def settle(self) -> None:
-        """Waits for the write in flight, if any."""
-        task = self._sync_task
-        if task is not None and not task.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
+        """Waits for the write in flight, if any.
+
+        Not for a sync task still sleeping out SYNC_DELAY: the caller's own store call takes what is pending (one
+        write instead of two, and no request waits out the delay), and the task then finds nothing left to write.
+        """
+        writing = self._writing
+        if writing is not None and not writing.done():
+            await asyncio.wait([writing])
 
     async def flush(self) -> None:
         """Writes everything pending now (the session ends)."""
@@ -216,6 +221,10 @@ class SessionQueue:
                 await self.threads.run(_sync, self.client_id, self.token, pending)
             except StaleSession:
                 self.stale = True
+
+    def forget_read_ahead(self) -> None:
+        """The next POLL reads the store (which checks the token) instead of serving from memory."""
+        self._ahead.clear()
 
     # -- commands -------------------------------------------------------------------------------------------------
 
