@@ -49,16 +49,32 @@ def _encode_value(value: Any) -> Any:
     return str(value)
 
 
-def _encode_image(values: Sequence[Any] | None) -> list[Any] | None:
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_names_cache: dict[tuple[str, ...], str] = {}
+
+
+def _image_text(values: Sequence[Any] | None) -> str:
     if values is None:
-        return None
-    return [_encode_value(value) for value in values]
+        return "null"
+    # Most images hold only text and NULLs: encode them as they are, converting only when something else is there.
+    if all(value is None or type(value) is str for value in values):
+        return _dumps(values if type(values) is list else list(values))
+    return _dumps([_encode_value(value) for value in values])
+
+
+def _names_text(columns: Sequence[str]) -> str:
+    """The column names' JSON, computed once per table layout (every row of a table shares its names)."""
+    key = columns if type(columns) is tuple else tuple(columns)
+    text = _names_cache.get(key)
+    if text is None:
+        if len(_names_cache) > 10_000:
+            _names_cache.clear()
+        text = _names_cache[key] = _dumps(list(key))
+    return text
 
 
 def encode(columns: Sequence[str], before: Sequence[Any] | None, after: Sequence[Any] | None) -> str:
-    return json.dumps(
-        {"c": list(columns), "b": _encode_image(before), "a": _encode_image(after)}, separators=(",", ":")
-    )
+    return f'{{"c":{_names_text(columns)},"b":{_image_text(before)},"a":{_image_text(after)}}}'
 
 
 def _decode_value(value: Any) -> Any:
