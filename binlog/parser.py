@@ -64,7 +64,7 @@ from binlog.events import (
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.position import Position
 from binlog.reader import lenenc_int
-from binlog.rowdecoder import RowDecoder, build_row_decoder
+from binlog.rowdecoder import RowsDecoder, build_rows_decoder
 from binlog.schema import SchemaProvider, TableResolver
 from binlog.table import TableInfo
 from binlog.tablemap import TableMap, parse_table_map
@@ -118,12 +118,13 @@ class _TableEntry:
     def __init__(self, table_map: TableMap, info: TableInfo) -> None:
         self.map = table_map
         self.info = info
-        self.decoders: dict[int, RowDecoder] = {}
+        self.decoders: dict[tuple[int, int, int], RowsDecoder] = {}
 
-    def decoder(self, present: int) -> RowDecoder:
-        decoder = self.decoders.get(present)
+    def rows_decoder(self, kind: int, present: int, present_after: int) -> RowsDecoder:
+        key = (kind, present, present_after)
+        decoder = self.decoders.get(key)
         if decoder is None:
-            decoder = self.decoders[present] = build_row_decoder(self.info.columns, present)
+            decoder = self.decoders[key] = build_rows_decoder(self.info.columns, kind, present, present_after)
         return decoder
 
 
@@ -455,69 +456,37 @@ class EventDecoder:
             p, end = 0, len(event)
         elif not isinstance(event, bytes):
             event = bytes(event)
-        decode = entry.decoder(present)
+        kind = KIND_UPDATE if update else (KIND_DELETE if event_type in DELETE_ROWS_EVENTS else KIND_INSERT)
+        decode = entry.rows_decoder(kind, present, present_after if update else 0)
         changes = self.changes
         if not self.in_transaction and not changes:
             self.trx_timestamp = self.trx_timestamp or timestamp
         self.in_transaction = True
-        schema, table, names, gtid, file = info.schema, info.table, info.names, self.trx_gtid, self.file
-        row = len(changes)
-        first = row
         try:
-            if update:
-                decode_after = entry.decoder(present_after)
-                while p < end:
-                    before, p = decode(event, p)
-                    after, p = decode_after(event, p)
-                    changes.append(
-                        RowChange(
-                            schema,
-                            table,
-                            KIND_UPDATE,
-                            names,
-                            before,
-                            after,
-                            file,
-                            log_pos,
-                            row - first,
-                            timestamp,
-                            gtid,
-                            info,
-                        )
-                    )
-                    row += 1
-            else:
-                kind = KIND_DELETE if event_type in DELETE_ROWS_EVENTS else KIND_INSERT
-                deleting = kind == KIND_DELETE
-                while p < end:
-                    values, p = decode(event, p)
-                    changes.append(
-                        RowChange(
-                            schema,
-                            table,
-                            kind,
-                            names,
-                            values if deleting else None,
-                            None if deleting else values,
-                            file,
-                            log_pos,
-                            row - first,
-                            timestamp,
-                            gtid,
-                            info,
-                        )
-                    )
-                    row += 1
+            rows, p = decode(
+                event,
+                p,
+                end,
+                info.schema,
+                info.table,
+                info.names,
+                self.file,
+                log_pos,
+                timestamp,
+                self.trx_gtid,
+                info,
+                0,
+            )
         except (IndexError, struct.error, ValueError, zlib.error) as exc:
-            del changes[first:]
             raise TruncatedEventError(
-                f"rows event at {self.file}:{log_pos} ({schema}.{table}, row {row - first}) is malformed: {exc}"
+                f"rows event at {self.file}:{log_pos} ({info.schema}.{info.table}) is malformed: {exc}"
             ) from exc
         if p != end:
-            del changes[first:]
             raise TruncatedEventError(
-                f"rows event at {self.file}:{log_pos} ({schema}.{table}): last row runs {p - end} bytes past the event"
+                f"rows event at {self.file}:{log_pos} ({info.schema}.{info.table}): last row runs {p - end} bytes "
+                "past the event"
             )
+        changes += rows
 
 
 def _uncompress_block(data: bytes) -> bytes:

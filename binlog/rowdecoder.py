@@ -13,9 +13,11 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from binlog import values as _values
-from binlog.changes import NOT_PRESENT
+from binlog.changes import NOT_PRESENT, RowChange
 from binlog.charsets import codec_for_charset
 from binlog.constants import (
+    KIND_DELETE,
+    KIND_UPDATE,
     MYSQL_TYPE_BIT,
     MYSQL_TYPE_BLOB,
     MYSQL_TYPE_BLOB_COMPRESSED,
@@ -51,6 +53,7 @@ from binlog.constants import (
 )
 from binlog.errors import BinlogError
 from binlog.table import ColumnInfo
+from binlog.values import DIG2BYTES
 
 RowDecoder = Callable[[bytes, int], tuple[tuple, int]]
 
@@ -97,6 +100,7 @@ def _uncompress(data: bytes) -> bytes:
 
 _GLOBALS: dict[str, object] = {
     "NP": NOT_PRESENT,
+    "RC": RowChange,
     "_float": _values.format_float,
     "_double": _values.format_double,
     "_date": _values.date_text,
@@ -183,6 +187,11 @@ def fixed_size(column: ColumnInfo) -> int | None:
     }.get(t)
 
 
+# repr() of a double is already MySQL's text in fixed notation under 18 characters (|x| < 1e15); the rest
+# (exponents, long fractions) takes the full path.
+_DOUBLE_TEXT = "(r[:-2] if r[-2:] == '.0' else r) if len(r) < 18 and 'e' not in r else _double(float(r))"
+
+
 def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     """(statements, expression) reading a fixed-size value that starts ``off`` bytes after ``p``."""
 
@@ -194,19 +203,15 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
         return [], f"{'UB' if column.unsigned else 'SB'}[buf[{at(0)}]]"
     if t in _INT_FORMATS:
         _size, signed, unsigned = _INT_FORMATS[t]
-        return [], f"str({b.unpacker(unsigned if column.unsigned else signed)}(buf, {at(0)})[0])"
+        return [], f"'%d' % {b.unpacker(unsigned if column.unsigned else signed)}(buf, {at(0)})"
     if t == MYSQL_TYPE_INT24:
         return [], f"str(_from(buf[{at(0)}:{at(3)}], 'little', signed={not column.unsigned}))"
     if t == MYSQL_TYPE_FLOAT:
         return [], f"_float({b.unpacker('f')}(buf, {at(0)})[0])"
     if t == MYSQL_TYPE_NEWDECIMAL:
-        size = _values.decimal_size(meta >> 8, meta & 0xFF)
-        return _values.decimal_inline(meta >> 8, meta & 0xFF, at(0), at(size))
+        return _decimal(b, meta >> 8, meta & 0xFF, at(0))
     if t == MYSQL_TYPE_DOUBLE:
-        # repr() is already right for fixed-notation values under 16 characters; the rest takes the full path.
-        return [f"r = repr({b.unpacker('d')}(buf, {at(0)})[0])"], (
-            "(r[:-2] if r[-2:] == '.0' else r) if len(r) < 18 and 'e' not in r else _double(float(r))"
-        )
+        return [f"r = repr({b.unpacker('d')}(buf, {at(0)})[0])"], _DOUBLE_TEXT
     if t == MYSQL_TYPE_YEAR:
         return [], f"YEAR[buf[{at(0)}]]"
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
@@ -259,6 +264,65 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     raise BinlogError(f"column {column.name!r} has binlog type {t}, which this decoder cannot read")
 
 
+_STRUCT_BY_BYTES = {1: ("B",), 2: ("H",), 3: ("B", "H"), 4: ("I",)}
+
+
+def _decimal(b: _Builder, precision: int, scale: int, at: str) -> tuple[list[str], str]:
+    """DECIMAL read with one big-endian struct call, one field per digit group (3-byte groups as a byte and a
+    short). A set top bit of the first field means positive; negative values have every bit inverted."""
+    intg0, intg0x = divmod(precision - scale, 9)
+    frac0, frac0x = divmod(scale, 9)
+    # Each part: (digit-group value expression, weight); integer parts first, most significant first.
+    fmt: list[str] = []
+    fields: list[tuple[str, int]] = []  # (name, bits)
+
+    def part(nbytes: int) -> str:
+        names = []
+        for code in _STRUCT_BY_BYTES[nbytes]:
+            name = f"d{len(fields)}"
+            fields.append((name, 8 if code == "B" else 16 if code == "H" else 32))
+            fmt.append(code)
+            names.append(name)
+        return names[0] if len(names) == 1 else f"({names[0]} << 16 | {names[1]})"
+
+    int_parts: list[str] = []
+    if intg0x:
+        int_parts.append(part(DIG2BYTES[intg0x]))
+    int_parts += [part(4) for _ in range(intg0)]
+    frac_parts = [part(4) for _ in range(frac0)]
+    if frac0x:
+        frac_parts.append(part(DIG2BYTES[frac0x]))
+    if not fields:
+        return [], "'0'"
+    count = len(int_parts)
+    integer = (
+        " + ".join(
+            f"{expr} * {10 ** (9 * (count - 1 - i))}" if i < count - 1 else expr for i, expr in enumerate(int_parts)
+        )
+        or "0"
+    )
+    weights = [10 ** (9 * (frac0 - 1 - j) + frac0x) for j in range(frac0)] + ([1] if frac0x else [])
+    fraction = " + ".join(expr if w == 1 else f"{expr} * {w}" for expr, w in zip(frac_parts, weights, strict=True))
+    if scale == 0:
+        text = f"str({integer})"
+    elif scale <= 4:
+        table = b.const(tuple(f".{i:0{scale}d}" for i in range(10**scale)), "frac")
+        text = f"str({integer}) + {table}[{fraction}]"
+    else:
+        text = f"str({integer}) + '.%0{scale}d' % ({fraction})"
+    first, first_bits = fields[0]
+    sign = 1 << (first_bits - 1)
+    names = ", ".join(name for name, _bits in fields) + ("," if len(fields) == 1 else "")
+    unpack = b.const(struct.Struct(">" + "".join(fmt)).unpack_from, "ds")
+    invert = "; ".join(f"{name} ^= {((1 << bits) - 1) ^ (sign if name == first else 0)}" for name, bits in fields)
+    nonzero = " or ".join(name for name, _bits in fields)
+    return [
+        f"{names} = {unpack}(buf, {at})",
+        f"if {first} & {sign}: {first} ^= {sign}; d = {text}",
+        f"else: {invert}; d = ('-' if {nonzero} else '') + {text}",
+    ], "d"
+
+
 def _emit_variable(b: _Builder, column: ColumnInfo, var: str, ind: str) -> None:
     """A value with its own length prefix: strings, BLOB/TEXT, JSON, GEOMETRY."""
     t, meta = column.type_code, column.meta
@@ -295,27 +359,40 @@ def _emit_variable(b: _Builder, column: ColumnInfo, var: str, ind: str) -> None:
         b.lines.append(f"{ind}if n - {width} < {padded_binary}: {var} += bytes({padded_binary + width} - n)")
 
 
-_STRUCT_INTS = {MYSQL_TYPE_TINY, MYSQL_TYPE_SHORT, MYSQL_TYPE_LONG, MYSQL_TYPE_LONGLONG}
+def _le_code(column: ColumnInfo) -> str:
+    """The struct code of a little-endian number column ("" for anything else)."""
+    t = column.type_code
+    if t in _INT_FORMATS and t != MYSQL_TYPE_TINY:
+        return _INT_FORMATS[t][2 if column.unsigned else 1]
+    return {MYSQL_TYPE_FLOAT: "f", MYSQL_TYPE_DOUBLE: "d"}.get(t, "")
+
+
+def _from_number(column: ColumnInfo, var: str) -> list[str]:
+    """Statements turning the unpacked number in ``var`` into its text."""
+    if column.type_code == MYSQL_TYPE_FLOAT:
+        return [f"{var} = _float({var})"]
+    if column.type_code == MYSQL_TYPE_DOUBLE:
+        return [f"r = repr({var}); {var} = {_DOUBLE_TEXT}"]
+    return [f"{var} = str({var})"]
 
 
 def _emit_fixed_block(b: _Builder, block: list[tuple[int, int, ColumnInfo]], ind: str) -> None:
-    """Straight-line code for consecutive fixed-size values known not to be NULL, at constant offsets from p.
-
-    Runs of integers are read with one struct call and turned into text with one format and one split.
-    """
+    """Straight-line code for consecutive fixed-size values known not to be NULL, at constant offsets from p."""
     off = 0
     i = 0
     while i < len(block):
+        # Consecutive little-endian numbers come out of one struct call.
         j = i
-        while j < len(block) and block[j][2].type_code in _STRUCT_INTS:
+        while j < len(block) and _le_code(block[j][2]):
             j += 1
-        if j - i >= 3:
-            fmt = "".join(_INT_FORMATS[c.type_code][2 if c.unsigned else 1] for _bit, _index, c in block[i:j])
-            names = ", ".join(f"v{index}" for _bit, index, _c in block[i:j])
-            pattern = "\x1f".join(["%d"] * (j - i))
+        if j - i >= 2:
+            run = block[i:j]
+            unpack = b.unpacker("".join(_le_code(c) for _bit, _index, c in run))
             at = "p" if off == 0 else f"p + {off}"
-            b.lines.append(f"{ind}{names} = ('{pattern}' % {b.unpacker(fmt)}(buf, {at})).split('\x1f')")
-            off += sum(_INT_FORMATS[c.type_code][0] for _bit, _index, c in block[i:j])
+            b.lines.append(f"{ind}{', '.join(f'v{index}' for _bit, index, _c in run)} = {unpack}(buf, {at})")
+            for _bit, index, column in run:
+                b.lines.extend(ind + line for line in _from_number(column, f"v{index}"))
+                off += fixed_size(column) or 0
             i = j
             continue
         _bit, index, column = block[i]
@@ -359,19 +436,19 @@ def build_row_decoder(columns: Sequence[ColumnInfo], present: int) -> RowDecoder
     return decoder
 
 
-def _generate(columns: tuple[ColumnInfo, ...], present: int) -> RowDecoder:
-    b = _Builder()
+def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind: str) -> str:
+    """Statements decoding one row image into v0, v1...; returns the text of the tuple of the row's values."""
     present_indexes = [i for i in range(len(columns)) if present >> i & 1]
     null_bytes = (len(present_indexes) + 7) // 8
     any_nullable = any(columns[i].nullable for i in present_indexes)
-    b.lines.append("def decode_row(buf, p):")
+    deeper, deepest = ind + "    ", ind + "        "
     if any_nullable:
         if null_bytes == 1:
-            b.lines.append("    nb = buf[p]; p += 1")
+            b.lines.append(f"{ind}nb = buf[p]; p += 1")
         else:
-            b.lines.append(f"    nb = _from(buf[p:p + {null_bytes}], 'little'); p += {null_bytes}")
+            b.lines.append(f"{ind}nb = _from(buf[p:p + {null_bytes}], 'little'); p += {null_bytes}")
     elif null_bytes:
-        b.lines.append(f"    p += {null_bytes}")
+        b.lines.append(f"{ind}p += {null_bytes}")
     # Group the image into blocks of consecutive fixed-size columns and single variable-size ones.
     items = [(bit, index, columns[index]) for bit, index in enumerate(present_indexes)]
     k = 0
@@ -380,10 +457,10 @@ def _generate(columns: tuple[ColumnInfo, ...], present: int) -> RowDecoder:
         if fixed_size(column) is None:
             var = f"v{index}"
             if column.nullable:
-                b.lines += [f"    if nb & {1 << bit}:", f"        {var} = None", "    else:"]
-                _emit_variable(b, column, var, "        ")
+                b.lines += [f"{ind}if nb & {1 << bit}:", f"{deeper}{var} = None", f"{ind}else:"]
+                _emit_variable(b, column, var, deeper)
             else:
-                _emit_variable(b, column, var, "    ")
+                _emit_variable(b, column, var, ind)
             k += 1
             continue
         end = k
@@ -392,30 +469,84 @@ def _generate(columns: tuple[ColumnInfo, ...], present: int) -> RowDecoder:
         block = items[k:end]
         mask = sum(1 << bit for bit, _index, column in block if column.nullable)
         if not mask:
-            _emit_fixed_block(b, block, "    ")
+            _emit_fixed_block(b, block, ind)
         else:
             # The common case, no NULL in the block, reads it at constant offsets; otherwise column by column.
-            b.lines.append(f"    if not nb & {mask}:")
-            _emit_fixed_block(b, block, "        ")
-            b.lines.append("    else:")
+            b.lines.append(f"{ind}if not nb & {mask}:")
+            _emit_fixed_block(b, block, deeper)
+            b.lines.append(f"{ind}else:")
             for bit, index, column in block:
                 prelude, expression = _fixed(b, column, 0)
                 size = fixed_size(column) or 0
                 if column.nullable:
-                    b.lines += [f"        if nb & {1 << bit}:", f"            v{index} = None", "        else:"]
-                    b.lines.extend("            " + line for line in prelude)
-                    b.lines.append(f"            v{index} = {expression}; p += {size}")
+                    b.lines += [f"{deeper}if nb & {1 << bit}:", f"{deepest}v{index} = None", f"{deeper}else:"]
+                    b.lines.extend(deepest + line for line in prelude)
+                    b.lines.append(f"{deepest}v{index} = {expression}; p += {size}")
                 else:
-                    b.lines.extend("        " + line for line in prelude)
-                    b.lines.append(f"        v{index} = {expression}; p += {size}")
+                    b.lines.extend(deeper + line for line in prelude)
+                    b.lines.append(f"{deeper}v{index} = {expression}; p += {size}")
         k = end
     names = [f"v{index}" if present >> index & 1 else "NP" for index in range(len(columns))]
-    tuple_text = ", ".join(names) + ("," if len(names) == 1 else "")
-    b.lines.append(f"    return ({tuple_text}), p")
+    return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+
+
+def _compile(b: _Builder, name: str, label: str) -> Callable[..., object]:
     source = "\n".join(b.lines)
     namespace: dict[str, object] = dict(_GLOBALS)
     namespace.update(b.consts)
-    exec(compile(source, f"<row decoder {len(columns)} columns>", "exec"), namespace)
-    decoder = namespace["decode_row"]
-    decoder.source = source  # type: ignore[attr-defined]  # kept for debugging and tests
-    return decoder  # type: ignore[return-value]
+    exec(compile(source, label, "exec"), namespace)
+    function = namespace[name]
+    function.source = source  # type: ignore[attr-defined]  # kept for debugging and tests
+    return function  # type: ignore[return-value]
+
+
+def _generate(columns: tuple[ColumnInfo, ...], present: int) -> RowDecoder:
+    b = _Builder()
+    b.lines.append("def decode_row(buf, p):")
+    values = _emit_image(b, columns, present, "    ")
+    b.lines.append(f"    return {values}, p")
+    return _compile(b, "decode_row", f"<row decoder {len(columns)} columns>")  # type: ignore[return-value]
+
+
+# (buf, p, end, schema, table, names, file, pos, timestamp, gtid, info, first_row) -> (changes, p)
+RowsDecoder = Callable[..., tuple[list[RowChange], int]]
+_ROWS_DECODERS: dict[tuple, RowsDecoder] = {}
+
+
+def build_rows_decoder(columns: Sequence[ColumnInfo], kind: int, present: int, present_after: int = 0) -> RowsDecoder:
+    """A decoder of all the rows of one rows event, building the RowChange of each (one loop, no call per row).
+
+    ``kind`` is KIND_INSERT, KIND_UPDATE (two images per row: ``present`` and ``present_after``) or KIND_DELETE.
+    """
+    key = (tuple(_layout_key(c) for c in columns), kind, present, present_after)
+    decoder = _ROWS_DECODERS.get(key)
+    if decoder is None:
+        if len(_ROWS_DECODERS) >= 4096:
+            _ROWS_DECODERS.clear()
+        decoder = _ROWS_DECODERS[key] = _generate_rows(tuple(columns), kind, present, present_after)
+    return decoder
+
+
+def _generate_rows(columns: tuple[ColumnInfo, ...], kind: int, present: int, present_after: int) -> RowsDecoder:
+    b = _Builder()
+    b.lines += [
+        "def decode_rows(buf, p, end, schema, table, names, file, pos, timestamp, gtid, info, row):",
+        "    out = []",
+        "    append = out.append",
+        "    while p < end:",
+    ]
+    first = _emit_image(b, columns, present, "        ")
+    if kind == KIND_UPDATE:
+        b.lines.append(f"        before = {first}")
+        after = _emit_image(b, columns, present_after, "        ")
+        images = f"before, {after}"
+    elif kind == KIND_DELETE:
+        images = f"{first}, None"
+    else:
+        images = f"None, {first}"
+    b.lines += [
+        f"        append(RC(schema, table, {kind}, names, {images}, file, pos, row, timestamp, gtid, info))",
+        "        row += 1",
+        "    return out, p",
+    ]
+    return _compile(b, "decode_rows", f"<rows decoder {len(columns)} columns>")  # type: ignore[return-value]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import lru_cache
 
 ZERO_DATE = "0000-00-00"
 _unpack_f = struct.Struct("<f").unpack
@@ -61,6 +61,9 @@ def format_double(value: float) -> str:
     return _format_digits(negative, digits, decpt)
 
 
+_FLOAT_PATTERNS = ("%.6g", "%.7g", "%.8g", "%.9g")
+
+
 @lru_cache(maxsize=65536)
 def format_float(value: float) -> str:
     """FLOAT (a single-precision value widened to double) as the shortest text that reads back to the same float.
@@ -74,8 +77,8 @@ def format_float(value: float) -> str:
     if value != value or value in (float("inf"), float("-inf")):
         return repr(value)
     packed = _pack_f(value)
-    for precision in (6, 7, 8, 9):
-        text = f"{value:.{precision}g}"
+    for pattern in _FLOAT_PATTERNS:
+        text = pattern % value
         if _pack_f(float(text)) == packed:
             break
     if "e" not in text:
@@ -90,94 +93,6 @@ def format_float(value: float) -> str:
 def decimal_size(precision: int, scale: int) -> int:
     intg = precision - scale
     return (intg // 9) * 4 + DIG2BYTES[intg % 9] + (scale // 9) * 4 + DIG2BYTES[scale % 9]
-
-
-@cache
-def decimal_decoder(precision: int, scale: int) -> Callable[[bytes, int], str]:
-    """A function (buf, pos) → text for DECIMAL(precision, scale), generated for that layout.
-
-    The packed form is big-endian groups of 9 digits in 4 bytes, a shorter leading/trailing group for the leftover
-    digits, the sign in the inverted top bit, and every byte inverted for negative numbers.
-    """
-    intg = precision - scale
-    intg0, intg0x = divmod(intg, 9)
-    frac0, frac0x = divmod(scale, 9)
-    size = decimal_size(precision, scale)
-    lines = [
-        "def dec(buf, pos):",
-        f"    v = int.from_bytes(buf[pos:pos + {size}], 'big')",
-        f"    if v & {1 << (size * 8 - 1)}:",
-        f"        v ^= {1 << (size * 8 - 1)}",
-        "        sign = ''",
-        "    else:",
-        f"        v ^= {(1 << (size * 8)) - 1 ^ (1 << (size * 8 - 1))}",
-        "        sign = '-'",
-    ]
-    # Peel groups off the low end: trailing fraction group, whole fraction groups, whole integer groups, lead group.
-    frac_terms: list[str] = []
-    if frac0x:
-        bits = DIG2BYTES[frac0x] * 8
-        lines += [f"    f = v & {(1 << bits) - 1}", f"    v >>= {bits}"]
-        frac_terms.append("f")
-    for i in range(frac0):
-        lines += [f"    f{i} = v & 4294967295", "    v >>= 32"]
-        # group i counted from the end: worth 10**(frac0x + 9*i)
-        frac_terms.append(f"f{i} * {10 ** (frac0x + 9 * i)}")
-    int_terms: list[str] = []
-    for i in range(intg0):
-        lines += [f"    g{i} = v & 4294967295", "    v >>= 32"]
-        int_terms.append(f"g{i} * {10 ** (9 * i)}")
-    if intg0x:
-        int_terms.append(f"v * {10 ** (9 * intg0)}")
-    lines.append(f"    ip = {' + '.join(int_terms) if int_terms else '0'}")
-    if scale:
-        lines.append(f"    fp = {' + '.join(frac_terms)}")
-        lines.append("    if sign and not ip and not fp: sign = ''")
-        lines.append(f"    return '%s%d.%0{scale}d' % (sign, ip, fp)")
-    else:
-        lines.append("    if sign and not ip: sign = ''")
-        lines.append("    return '%s%d' % (sign, ip)")
-    namespace: dict[str, object] = {}
-    exec("\n".join(lines), namespace)
-    return namespace["dec"]  # type: ignore[return-value]
-
-
-def decimal_inline(precision: int, scale: int, start: str, end: str) -> tuple[list[str], str]:
-    """(statements, expression) decoding DECIMAL(precision, scale) from ``buf[start:end]`` inline, for the row
-    decoders: the same layout as ``decimal_decoder``, with the digit groups taken by shifts of one integer."""
-    intg0, intg0x = divmod(precision - scale, 9)
-    frac0, frac0x = divmod(scale, 9)
-    size = decimal_size(precision, scale)
-    sign_bit = 1 << (size * 8 - 1)
-    statements = [
-        f"n = _from(buf[{start}:{end}], 'big')",
-        f"if n & {sign_bit}: n ^= {sign_bit}; m = ''",
-        f"else: n ^= {(1 << (size * 8)) - 1 ^ sign_bit}; m = '-' if n else ''",  # never a negative zero
-    ]
-    shift = 0
-    frac_terms: list[str] = []
-    int_terms: list[str] = []
-
-    def group(bits: int, weight: int) -> str:
-        value = f"n >> {shift} & {(1 << bits) - 1}" if shift else f"n & {(1 << bits) - 1}"
-        return f"({value})" if weight == 1 else f"({value}) * {weight}"
-
-    if frac0x:
-        frac_terms.append(group(DIG2BYTES[frac0x] * 8, 1))
-        shift += DIG2BYTES[frac0x] * 8
-    for i in range(frac0):
-        frac_terms.append(group(32, 10 ** (frac0x + 9 * i)))
-        shift += 32
-    for i in range(intg0):
-        int_terms.append(group(32, 10 ** (9 * i)))
-        shift += 32
-    if intg0x:
-        lead = f"(n >> {shift})" if shift else "n"
-        int_terms.append(lead if not intg0 else f"{lead} * {10 ** (9 * intg0)}")
-    integer = " + ".join(int_terms) or "0"
-    if scale:
-        return statements, f"'%s%d.%0{scale}d' % (m, {integer}, {' + '.join(frac_terms)})"
-    return statements, f"'%s%d' % (m, {integer})"
 
 
 # -- dates and times --------------------------------------------------------------------------------------------------
