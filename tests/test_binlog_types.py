@@ -456,3 +456,25 @@ def test_values_are_only_str_bytes_none_or_not_present(mariadb: MariaDB, fresh_s
     changes = run_case(server, schema, INTEGERS[:2] + BINARIES[:1] + STRINGS[:1] + TEMPORALS[:2])
     kinds: set[type] = {type(v) for v in iter_values(changes)}
     assert kinds <= {str, bytes, type(None)}
+
+
+def test_compressed_binlog_events(any_mariadb: MariaDB, fresh_schema: tuple[MariaDB, str]) -> None:
+    """log_bin_compress=ON: MariaDB writes QUERY_COMPRESSED and *_ROWS_COMPRESSED events (zlib payloads)."""
+    server, schema = fresh_schema
+    server.execute("SET GLOBAL log_bin_compress = ON", "SET GLOBAL log_bin_compress_min_len = 10")
+    try:
+        columns = [
+            Column("v", "VARCHAR(500)", ["REPEAT('compressible ', 30)", "'short'", "NULL"]),
+            Column("n", "INT", ["1", "2", "3"]),
+        ]
+        changes = run_case(server, schema, columns)
+        server.execute("FLUSH BINARY LOGS")
+        kinds = {row[2] for row in server.query(f"SHOW BINLOG EVENTS IN '{changes[0].file}'")}
+    finally:
+        server.execute("SET GLOBAL log_bin_compress = OFF")
+    assert {
+        "Write_rows_compressed_v1",
+        "Update_rows_compressed_v1",
+        "Delete_rows_compressed_v1",
+        "Query_compressed",
+    } <= kinds
