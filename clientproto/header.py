@@ -162,6 +162,15 @@ def encode_reply_parts(result: int, parts: Sequence[bytes]) -> bytes:
     return b"".join((_REPLY.pack(result, size, (total + size) & _MASK32), *parts))
 
 
+def encode_reply_summed(result: int, parts: Sequence[bytes], payload_sum: int) -> bytes:
+    """:func:`encode_reply_parts` for pieces whose byte sum the caller already knows (a server's cached records):
+    summing every byte of a large reply again costs more than rendering its records from a cache."""
+    size = 0
+    for part in parts:
+        size += len(part)
+    return b"".join((_REPLY.pack(result, size, (result + payload_sum + size) & _MASK32), *parts))
+
+
 def decode_reply_header(data: bytes, *, max_payload: int = MAX_REPLY_PAYLOAD) -> ReplyHeader:
     if len(data) != REPLY_HEADER_SIZE:
         raise TruncatedFrame(f"reply header: {len(data)} bytes, a header is {REPLY_HEADER_SIZE}")

@@ -536,3 +536,75 @@ def test_requests_never_wait_out_the_write_behind_delay(relay: ServerThread, mon
     # Everything but (at most) the last reply's deliveries is in the store already; the rest follows.
     assert Client.objects.get(id=client.client_id).acked_seq >= 8
     wait_until(lambda: Client.objects.get(id=client.client_id).acked_seq == 10)
+
+
+def _stored_variants() -> list:
+    from relay import rowcodec
+    from relay.store import StoredEntry
+
+    images = [
+        (1, None, ["1", "ACME", None, "NULL", "", b"\x00\xff", "h\u00e9llo \u20ac"]),
+        (2, ["1", "old", None, "x", "", b"\x01", "\ud800bad"], ["1", "new", "now", None, "", b"\x02", "ok"]),
+        (4, ["9", "gone", None, "NULL", "", b"", "z"], None),
+        (2, ["1", rowcodec.MISSING, "a", None, "", b"\x03", "b"], ["1", "c", rowcodec.MISSING, "d", None, b"", "e"]),
+    ]
+    names = ["id", "name", "note", "text", "empty", "blob", "uni"]
+    entries = []
+    for i, (kind, before, after) in enumerate(images * 3):
+        entries.append(
+            StoredEntry(
+                100 + i,
+                kind,
+                "shop",
+                f"t{i % 2}",
+                "mysql-bin.000007",
+                (1 << 40) + i,
+                i % 3,
+                (1 << 33) + i,  # cut to 32 bits on the wire
+                "" if i % 2 else f"0-1-{i}",
+                rowcodec.encode(names, before, after),
+            )
+        )
+    entries.append(entries[0]._replace(seq=200, data='{"c":["a","b"],"b":null,"a":["x"]}'))  # fewer values
+    return entries
+
+
+def test_cached_fetch_frames_are_byte_identical_to_the_reference_encoder() -> None:
+    from clientproto import fetch_reply
+    from relay.relayserver import render
+
+    entries = _stored_variants()
+    cache = render.RenderCache(size=8)  # small: evictions happen along the way
+    for _ in range(3):  # cold, then warm (and evicted) caches give the same bytes
+        for budget in (1, 300, 1 << 30):
+            records = render.fetch_records(entries, budget)
+            frame, count = render.fetch_frame(cache, entries, budget, entries[-1].seq + 5)
+            assert count == len(records)
+            assert frame == fetch_reply(entries[-1].seq + 5 - entries[count - 1].seq, records)
+    for entry in entries:
+        assert render.fetch_tail(entry) == render.fetch_record(entry)[12:]
+    # The same change queued for another client (another seq) shares the cached tail, with its own seq.
+    other = [entry._replace(seq=entry.seq + 1000) for entry in entries]
+    frame, count = render.fetch_frame(cache, other, 1 << 30, other[-1].seq)
+    assert frame == fetch_reply(0, render.fetch_records(other, 1 << 30)) and count == len(other)
+    # A change with the same position but other content is never served from the cache.
+    changed = entries[0]._replace(data=entries[0].data.replace("ACME", "ACNE"))
+    assert render.fetch_frame(cache, [changed], 1 << 30, changed.seq)[0] == fetch_reply(
+        0, render.fetch_records([changed], 1 << 30)
+    )
+    assert render.RenderCache(size=0).tail(entries[0]) == render.RenderCache().tail(entries[0])
+    assert len(cache) <= 8
+
+
+def test_clients_sharing_changes_get_the_same_events(relay: ServerThread) -> None:
+    a, b = authed(relay, "share-a"), authed(relay, "share-b")
+    rows = [{"id": str(i), "v": None if i % 3 else "text"} for i in range(40)]
+    enqueue(a.client_id, rows)
+    enqueue(b.client_id, rows[:5])
+    enqueue(b.client_id, rows)
+    first = fetch(a, 100)
+    second = fetch(b, 100)
+    assert [e.seq for e in first.events] == list(range(1, 41))
+    assert [e.seq for e in second.events] == list(range(1, 46))
+    assert [e.columns for e in second.events[5:]] == [e.columns for e in first.events]
+    assert first.queue_size == 0 and second.queue_size == 0

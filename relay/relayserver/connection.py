@@ -40,7 +40,6 @@ from clientproto import (
     decode_request,
     decode_request_header,
     error_reply,
-    fetch_reply,
     message_reply,
     poll_reply,
     removefilter_reply,
@@ -231,8 +230,7 @@ class Connection:
             ack_upto = 0  # acknowledged once; a retry after waiting must not count it again
             if delivery is not None:
                 self.server.history.served(session.client_id, delivery.entries)
-                assert isinstance(delivery.payload, list)
-                return fetch_reply(delivery.queue_size, delivery.payload)
+                return delivery.payload  # the whole reply frame, rendered off the event loop
             remaining = deadline - loop.time()
             if remaining <= 0 or self.closing or self.server.stopping:
                 return EMPTY_REPLY

@@ -56,10 +56,11 @@ class Pending(NamedTuple):
 
 @dataclass(slots=True)
 class Delivery:
-    """What a POLL or FETCH found: the entries sent, the reply payload (POLL) or records (FETCH), and what is left."""
+    """What a POLL or FETCH found: the entries sent, the reply payload (POLL) or whole reply frame (FETCH), and what
+    is left."""
 
     entries: list[StoredEntry]
-    payload: bytes | list[bytes]
+    payload: bytes
     queue_size: int
 
 
@@ -90,17 +91,21 @@ def _fetch(
     cursor: int | None,
     max_events: int,
     byte_budget: int,
-) -> tuple[Bounds, list[StoredEntry], list[bytes]]:
-    """``cursor``: the manual-ack cursor of the session, or None for auto-ack (read after the head)."""
+) -> tuple[Bounds, list[StoredEntry], bytes]:
+    """``cursor``: the manual-ack cursor of the session, or None for auto-ack (read after the head).
+
+    Returns the bounds, the entries sent and the whole FETCH reply frame, rendered here, off the event loop, from
+    the records shared by every session (:class:`render.RenderCache`).
+    """
     bounds = _sync(client_id, token, pending)
     if ack_upto and store.ack_session(client_id, token, ack_upto) is not None:
         bounds = _sync(client_id, token, None)
     start = bounds.acked_seq if cursor is None else max(cursor, bounds.acked_seq)
     if bounds.last_seq <= start:
-        return bounds, [], []
+        return bounds, [], b""
     entries = store.read_entries(client_id, start, max_events)
-    records = render.fetch_records(entries, byte_budget)
-    return bounds, entries[: len(records)], records
+    frame, count = render.fetch_frame(render.SHARED, entries, byte_budget, max(bounds.last_seq, bounds.acked_seq))
+    return bounds, entries[:count], frame
 
 
 def _ack(client_id: int, token: int, pending: Pending | None, seq: int) -> tuple[Bounds, int, int]:
@@ -252,7 +257,7 @@ class SessionQueue:
         self._ahead.clear()  # FETCH reads its own batch: a POLL read-ahead would only go stale
         cursor = self.delivered if manual_ack else None
         result = await self._call(_fetch, ack_upto, cursor, max_events, byte_budget)
-        bounds, entries, records = result  # type: ignore[misc]
+        bounds, entries, frame = result  # type: ignore[misc]
         self._apply(bounds)
         if not entries:
             return None
@@ -262,7 +267,7 @@ class SessionQueue:
         self.delivered = max(self.delivered, top)
         self._served += len(entries)
         self._dirty = True
-        return Delivery(entries, records, max(0, self.last - top))
+        return Delivery(entries, frame, max(0, self.last - top))
 
     async def ack(self, seq: int) -> tuple[int, int]:
         """ACK: (acked_seq after it, entries it removed)."""
