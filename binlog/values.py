@@ -253,10 +253,6 @@ def _ymd_text(ymd: int) -> str:
     return f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d} "
 
 
-def _seconds_of_day_text(seconds: int) -> str:
-    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 def _time2_text(value: int) -> str:
     """TIME2 without fraction: the 3-byte value with its offset removed (negative for negative times)."""
     sign = ""
@@ -269,7 +265,9 @@ DATE_TEXT = Memo(date_text)
 DATETIME2_DATE = Memo(_ymd_text)
 DATETIME2_TIME = Memo(_hms_text)
 DAY_TEXT = Memo(lambda day: date_of_unix_day(day) + " ")
-SECONDS_OF_DAY = Memo(_seconds_of_day_text, 86400)
+SECONDS_OF_DAY = tuple(  # every time of day: TIMESTAMP values rarely repeat to the second, so a memo would miss
+    f"{h:02d}:{m:02d}:{sec:02d}" for h in range(24) for m in range(60) for sec in range(60)
+)
 TIME2_SECONDS = Memo(_time2_text)
 FRACTIONS = {fsp: Memo(lambda usec, fsp=fsp: "." + f"{usec:06d}"[:fsp]) for fsp in range(1, 7)}
 
