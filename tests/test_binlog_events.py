@@ -55,10 +55,17 @@ CAPTURED = {
 
 
 def make_event(
-    event_type: int, body: bytes, *, log_pos: int = 0, timestamp: int = 1700000000, server_id: int = 1, crc: bool = True
+    event_type: int,
+    body: bytes,
+    *,
+    log_pos: int = 0,
+    timestamp: int = 1700000000,
+    server_id: int = 1,
+    crc: bool = True,
+    flags: int = 0,
 ) -> bytes:
     size = 19 + len(body) + (4 if crc else 0)
-    header = struct.pack("<IBIIIH", timestamp, event_type, server_id, size, log_pos, 0)
+    header = struct.pack("<IBIIIH", timestamp, event_type, server_id, size, log_pos, flags)
     event = header + body
     return event + struct.pack("<I", zlib.crc32(event)) if crc else event
 
