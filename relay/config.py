@@ -303,7 +303,13 @@ def database_settings(url: str) -> dict[str, Any]:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": name,
-            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+            # IMMEDIATE: a transaction takes the write lock when it begins, so it waits (up to the timeout) for
+            # another process's writes instead of failing with "database is locked" when it upgrades from reading.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
         }
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):

@@ -13,6 +13,7 @@ import os
 import random
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +37,25 @@ SAMPLE_SCHEMA = [
 ]
 
 
+def wait_for_port(
+    port: int, what: str, children: list[tuple[str, subprocess.Popen[bytes]]], timeout: float = 60
+) -> None:
+    """Blocks until something listens on 127.0.0.1:``port``; fails early if a child process has died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            for name, process in children:
+                if process.poll() is not None:
+                    raise SystemExit(
+                        f"demo: {name} exited with {process.returncode} before the {what} was up"
+                    ) from None
+            time.sleep(0.2)
+    raise SystemExit(f"demo: the {what} did not listen on port {port} within {timeout:.0f} s")
+
+
 class Demo:
     def __init__(self, data_dir: Path, http_port: int, relay_port: int) -> None:
         self.data_dir = data_dir
@@ -45,6 +65,7 @@ class Demo:
         self.sandbox: MariaDB | None = None
         self.stop = threading.Event()
         self.env: dict[str, str] = dict(os.environ)
+        self.written = 0  # row changes the sample traffic committed
 
     # -- set-up ---------------------------------------------------------------------------------------------------
 
@@ -113,6 +134,8 @@ class Demo:
             "--access-logfile",
             "-",
         )
+        wait_for_port(self.relay_port, "relay server", self.children)
+        wait_for_port(self.http_port, "dashboard", self.children)
         if (REPO / "clientproto" / "example.py").exists():
             self.spawn(
                 "consumer",
@@ -149,13 +172,22 @@ class Demo:
                         "INSERT INTO orders (customer_id, total, note) VALUES (%s, %s, %s)",
                         (cur.lastrowid, f"{rng.uniform(1, 500):.2f}", "first order"),
                     )
+                    self.written += 2
                 elif choice < 0.85:
-                    cur.execute(
+                    self.written += cur.execute(
                         "UPDATE orders SET status = %s WHERE id = %s",
                         (rng.choice(["paid", "shipped"]), rng.randrange(1, 50)),
                     )
                 else:
-                    cur.execute("DELETE FROM orders WHERE status = 'shipped' ORDER BY id LIMIT 1")
+                    self.written += cur.execute("DELETE FROM orders WHERE status = 'shipped' ORDER BY id LIMIT 1")
+
+    def progress(self) -> str:
+        consumer_log = self.data_dir / "consumer.log"
+        received = 0
+        if consumer_log.exists():
+            with open(consumer_log, "rb") as handle:
+                received = sum(1 for line in handle if line.startswith(b"{"))
+        return f"demo: {self.written} row changes written on the source, {received} received by demo-consumer"
 
     # -- running --------------------------------------------------------------------------------------------------
 
@@ -219,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=demo.traffic, args=(args.rate,), daemon=True, name="traffic").start()
         print(demo.summary(), flush=True)
         deadline = None if args.seconds is None else time.monotonic() + args.seconds
+        next_progress = time.monotonic() + 10
         while not interrupted.wait(0.5):
+            if time.monotonic() >= next_progress:
+                print(demo.progress(), flush=True)
+                next_progress += 10
             problem = demo.check_children()
             if problem:
                 print(f"demo: {problem}", flush=True)
@@ -231,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         status = 1
     finally:
+        print(demo.progress(), flush=True)
         print("demo: stopping ...", flush=True)
         demo.shutdown()
         print("demo: stopped", flush=True)
