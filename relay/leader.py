@@ -35,15 +35,15 @@ class LeaderLock:
             return self._try_postgres()
         return self._try_file()
 
-    def acquire(self, should_stop: Callable[[], bool], on_wait: Callable[[], None], poll: float = 1.0) -> bool:
-        """Blocks until this process holds the lock (True) or ``should_stop`` says to give up (False)."""
-        waited = False
+    def acquire(self, should_stop: Callable[[], bool], while_waiting: Callable[[], None], poll: float = 1.0) -> bool:
+        """Blocks until this process holds the lock (True) or ``should_stop`` says to give up (False).
+
+        ``while_waiting`` runs after each failed attempt (the standby reports itself).
+        """
         while not should_stop():
             if self.try_acquire():
                 return True
-            if not waited:
-                on_wait()
-                waited = True
+            while_waiting()
             time.sleep(poll)
         return False
 

@@ -180,6 +180,9 @@ class WorkerStatus(models.Model):
     source_pos = models.BigIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     last_error_at = models.DateTimeField(null=True, blank=True)
+    standby_pid = models.IntegerField(null=True, blank=True, help_text="a second worker waiting to take over")
+    standby_hostname = models.CharField(max_length=255, blank=True, default="")
+    standby_heartbeat = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "worker status"

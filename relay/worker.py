@@ -96,6 +96,7 @@ class Worker:
         self.changelog = ChangeLog(config.logger)
         self._stream: Any = None
         self._checkpoint_at_launch: Position | None = None
+        self._standby_reported = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -116,15 +117,36 @@ class Worker:
             return self.stop_requested.is_set() or (deadline is not None and time.monotonic() > deadline)
 
         self._checkpoint_at_launch = self._checkpoint()
-        if not lock.acquire(should_stop, lambda: log.info("standby: another worker is active for %s", self.source)):
+        if not lock.acquire(should_stop, self._report_standby):
+            self._clear_standby()
             return EXIT_OK
         try:
             return self._run_active(should_stop, lock)
         finally:
             lock.release()
 
+    def _report_standby(self) -> None:
+        """Logs once, then keeps the standby visible on the dashboard (its heartbeat every few seconds)."""
+        now = time.monotonic()
+        if now - self._standby_reported < 5:
+            return
+        if not self._standby_reported:
+            log.info("standby: another worker is active for %s", self.source)
+        self._standby_reported = now
+        status, _ = WorkerStatus.objects.get_or_create(source=self.source)
+        WorkerStatus.objects.filter(id=status.id).update(
+            standby_pid=os.getpid(), standby_hostname=socket.gethostname(), standby_heartbeat=timezone.now()
+        )
+
+    def _clear_standby(self) -> None:
+        if self._standby_reported:
+            WorkerStatus.objects.filter(source=self.source, standby_pid=os.getpid()).update(
+                standby_pid=None, standby_hostname="", standby_heartbeat=None
+            )
+
     def _run_active(self, should_stop: Callable[[], bool], lock: LeaderLock) -> int:
         log.info("active worker for %s (pid %s)", self.source, os.getpid())
+        self._clear_standby()
         self._set_status(
             WorkerStatus.State.STARTING,
             pid=os.getpid(),

@@ -111,6 +111,13 @@ def test_overview_failed_worker(viewer: HttpClient, filled) -> None:
     assert "state-failed" in html and "FAILED" in html
 
 
+def test_overview_shows_the_standby_worker(viewer: HttpClient, filled) -> None:
+    assert ">none<" in page(viewer, "/")
+    WorkerStatus.objects.update(standby_pid=4321, standby_hostname="relay-2", standby_heartbeat=timezone.now())
+    html = page(viewer, "/")
+    assert "STANDBY" in html and "pid 4321 on relay-2" in html
+
+
 def test_clients_page_has_the_original_columns(viewer: HttpClient, filled) -> None:
     html = page(viewer, "/clients/")
     for column in ("ID", "Name", "Status", "Started", "Last seen", "Inactive", "Filters", "Queue", "Max queue"):

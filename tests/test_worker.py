@@ -258,10 +258,12 @@ def test_second_worker_is_a_standby_and_takes_over(fresh_schema: tuple[MariaDB, 
     wait_for(lambda: WorkerStatus.objects.filter(pid=first.process.pid, state="connected").exists(), 30)
     second = start_worker(server, start)
     wait_for(lambda: "standby" in second.output, 30, message="standby message")
+    wait_for(lambda: WorkerStatus.objects.filter(standby_pid=second.process.pid).exists(), 30, message="standby row")
     server.execute(f"INSERT INTO `{schema}`.t VALUES (1)")
     caught_up(server, first)
     first.kill()
     wait_for(lambda: WorkerStatus.objects.filter(pid=second.process.pid).exists(), 30, message="takeover")
+    assert WorkerStatus.objects.get().standby_pid is None
     server.execute(f"INSERT INTO `{schema}`.t VALUES (2)")
     caught_up(server, second)
     assert [key for *_, key in queue_of("c")] == ["1", "2"]
