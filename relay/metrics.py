@@ -84,6 +84,16 @@ def render_metrics() -> str:
         ],
     )
     out.family(
+        "relay_worker_standby_age_seconds",
+        "gauge",
+        "Seconds since the standby worker last reported (absent when no standby waits).",
+        [
+            ({"source": name}, (now - worker.standby_heartbeat).total_seconds())
+            for name, worker, _ in workers
+            if worker.standby_pid and worker.standby_heartbeat
+        ],
+    )
+    out.family(
         "relay_lag_seconds",
         "gauge",
         "How far the worker is behind the source.",

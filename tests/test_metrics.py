@@ -124,3 +124,17 @@ def test_empty_store(client: HttpClient) -> None:
     assert "relay_clients 0" in text
     assert 'relay_rows_total{type="insert"} 0' in text
     assert samples(text, "relay_worker_up") == {}
+
+
+def test_standby_age_is_exported(filled) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from relay.metrics import render_metrics
+    from relay.models import WorkerStatus
+
+    assert "relay_worker_standby_age_seconds{" not in render_metrics()
+    WorkerStatus.objects.update(standby_pid=7, standby_heartbeat=timezone.now() - timedelta(seconds=3))
+    line = next(x for x in render_metrics().splitlines() if x.startswith("relay_worker_standby_age_seconds{"))
+    assert 2.5 < float(line.split()[-1]) < 60
