@@ -13,7 +13,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Q, QuerySet, Sum
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import cached_property
@@ -236,7 +236,7 @@ class ClientAdmin(admin.ModelAdmin):
         """The confirmation page's summary, counted in SQL: the default would load and list every queue entry."""
         clients = list(objs)
         ids = [client.id for client in clients]
-        entries = QueueEntry.objects.filter(client_id__in=ids).count()
+        entries = QueueEntry.objects.filter(client_id__in=ids).aggregate(n=Sum("count"))["n"] or 0
         filters = Filter.objects.filter(client_id__in=ids).count()
         served = ServedEvent.objects.filter(client_id__in=ids).count()
         listed = [f"Client: {client}" for client in clients]

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from django.db.models import F, Sum
 from django.utils import timezone
 
-from relay import rowcodec
+from relay import rowcodec, store
 from relay.models import (
     Change,
     Checkpoint,
@@ -25,7 +25,6 @@ from relay.models import (
     EventCount,
     EventKind,
     Filter,
-    QueueEntry,
     QueueState,
     ServedEvent,
     UsageMinute,
@@ -394,11 +393,11 @@ class HeadEntry:
 
 def queue_head(row: ClientRow, limit: int) -> list[HeadEntry]:
     """The first ``limit`` entries of a client's queue, decoded: an index range scan on (client, seq)."""
-    entries = list(
-        QueueEntry.objects.filter(client_id=row.id, seq__gt=row.acked_seq, seq__lte=row.last_seq)
-        .order_by("seq")
-        .values_list("seq", "change_id")[:limit]
-    )
+    entries = [
+        (seq, change_id)
+        for seq, change_id in store.entry_change_ids(row.id, row.acked_seq, limit)
+        if seq <= row.last_seq
+    ]
     changes = Change.objects.in_bulk([change_id for _, change_id in entries])
     head = []
     for seq, change_id in entries:
@@ -430,6 +429,6 @@ def queue_buildup(row: ClientRow, samples: int = 60) -> list[tuple[int, int]]:
     wanted = list(range(row.acked_seq + 1, row.last_seq + 1, step))
     if wanted[-1] != row.last_seq:
         wanted.append(row.last_seq)
-    pairs = dict(QueueEntry.objects.filter(client_id=row.id, seq__in=wanted).values_list("seq", "change_id"))
+    pairs = store.change_ids_at(row.id, wanted)
     times = dict(Change.objects.filter(id__in=list(pairs.values())).values_list("id", "timestamp"))
     return [(times[pairs[seq]], seq - row.acked_seq) for seq in wanted if seq in pairs and pairs[seq] in times]

@@ -23,6 +23,7 @@ from binlog.table import TableInfo
 from relay import bulk, rowcodec
 from relay.filters import FilterIndex, FilterSpec
 from relay.models import (
+    MAX_RUN,
     Change,
     Checkpoint,
     Client,
@@ -195,11 +196,13 @@ class Ingestor:
                 rows,
             )
         entry_rows = [
-            (client_id, seq, change_ids[position])
+            run
             for client_id, queue in queues.items()
-            for seq, position in queue.entries
+            for run in entry_runs(client_id, [(seq, change_ids[position]) for seq, position in queue.entries])
         ]
-        bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "change_id"), entry_rows, integers=True)
+        bulk.insert_rows(
+            QueueEntry._meta.db_table, ("client_id", "seq", "count", "change_id"), entry_rows, integers=True
+        )
         for client_id, queue in queues.items():
             if not queue.entries and not queue.discarded:
                 continue
@@ -211,7 +214,7 @@ class Ingestor:
                     acked_seq=Greatest(F("acked_seq"), Value(queue.acked)),
                     delivered_seq=Greatest(F("delivered_seq"), Value(queue.acked)),
                 )
-        return len(entry_rows)
+        return sum(run[2] for run in entry_rows)
 
     # -- statistics and schema ------------------------------------------------------------------------------------
 
@@ -244,6 +247,26 @@ class Ingestor:
         for key, (info, signature) in seen.items():
             record_table(info)
             self._recorded_layouts[key] = signature
+
+
+def entry_runs(client_id: int, entries: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    """(client, first seq, count, first change) rows for a client's new (seq, change id) entries, in order.
+
+    Consecutive entries whose seq and change id both go up by one share a row (see QueueEntry).
+    """
+    runs: list[tuple[int, int, int, int]] = []
+    if not entries:
+        return runs
+    first_seq, first_change = entries[0]
+    count = 1
+    for seq, change_id in entries[1:]:
+        if seq == first_seq + count and change_id == first_change + count and count < MAX_RUN:
+            count += 1
+        else:
+            runs.append((client_id, first_seq, count, first_change))
+            first_seq, first_change, count = seq, change_id, 1
+    runs.append((client_id, first_seq, count, first_change))
+    return runs
 
 
 def record_table(info: TableInfo) -> None:

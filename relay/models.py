@@ -105,11 +105,22 @@ class Change(models.Model):
         return f"{self.get_kind_display()} {self.schema_name}.{self.table_name} @ {self.binlog_file}:{self.binlog_pos}"
 
 
+MAX_RUN = 10_000
+
+
 class QueueEntry(models.Model):
-    """A client's queue slot: its sequence number and the change it points at."""
+    """A run of a client's queue: ``count`` consecutive sequence numbers from ``seq``, pointing at as many
+    consecutive changes from ``change``.
+
+    A client that wants every change of a batch gets one row for the whole batch instead of one per change, which
+    is most of what the worker writes when many clients subscribe broadly. Entry ``seq + i`` is change
+    ``change_id + i``. A run never holds more than :data:`MAX_RUN` entries, so the run holding a given seq is found
+    by a bounded index range scan.
+    """
 
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
-    seq = models.BigIntegerField()
+    seq = models.BigIntegerField(help_text="sequence number of the run's first entry")
+    count = models.PositiveIntegerField(default=1, db_default=1, help_text="entries in the run")
     # No database constraint: changes are deleted only once no entry points at them (relay/store.py), and the
     # constraint check would cost a lookup on every insert in the hot path.
     change = models.ForeignKey(

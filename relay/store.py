@@ -13,6 +13,7 @@ longer consume.
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,9 +25,12 @@ from django.db.models import F, Max, Value
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from relay.models import Change, Checkpoint, Client, Filter, QueueEntry, QueueState, ServedEvent
+from relay.models import MAX_RUN, Change, Checkpoint, Client, Filter, QueueEntry, QueueState, ServedEvent
 
 HISTORY_LENGTH = 10
+#: PostgreSQL channel on which :func:`open_session` announces "client_id:token": every relay process LISTENs on it
+#: and closes its own older connection of that client at once (several ``runrelay`` processes share one store).
+SESSION_CHANNEL = "relay_sessions"
 
 
 class StoreError(Exception):
@@ -77,6 +81,10 @@ def open_session(name: str, remote_address: str = "") -> Session:
             remote_address=remote_address[:100],
             delivered_seq=F("acked_seq"),
         )
+        if connection.vendor == "postgresql":
+            # Delivered at commit, so no relay process hears of the session before it exists.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [SESSION_CHANNEL, f"{client.id}:{token}"])
     return Session(client.id, token, name)
 
 
@@ -150,12 +158,45 @@ def queue_size(client_id: int) -> int:
     return max(0, last - acked)
 
 
-def _entries_after(client_id: int, seq: int, limit: int) -> list[QueuedChange]:
-    entries = list(
-        QueueEntry.objects.filter(client_id=client_id, seq__gt=seq)
+def entry_change_ids(client_id: int, after_seq: int, limit: int) -> list[tuple[int, int]]:
+    """(seq, change id) of up to ``limit`` entries with seq > ``after_seq``, oldest first (runs expanded).
+
+    The run holding ``after_seq + 1`` starts at most MAX_RUN entries earlier, which bounds the index range scan.
+    """
+    if limit <= 0:
+        return []
+    runs = (
+        QueueEntry.objects.filter(client_id=client_id, seq__gt=after_seq - MAX_RUN)
         .order_by("seq")
-        .values_list("seq", "change_id")[:limit]
+        .values_list("seq", "count", "change_id")
     )
+    found: list[tuple[int, int]] = []
+    for seq, count, change_id in runs.iterator(chunk_size=100):
+        start = max(seq, after_seq + 1)
+        for entry in range(start, seq + count):
+            found.append((entry, change_id + entry - seq))
+            if len(found) >= limit:
+                return found
+    return found
+
+
+def change_ids_at(client_id: int, seqs: list[int]) -> dict[int, int]:
+    """The change id of each of ``seqs`` that is in the client's queue."""
+    if not seqs:
+        return {}
+    runs = QueueEntry.objects.filter(client_id=client_id, seq__gt=min(seqs) - MAX_RUN, seq__lte=max(seqs)).values_list(
+        "seq", "count", "change_id"
+    )
+    found: dict[int, int] = {}
+    wanted = sorted(seqs)
+    for seq, count, change_id in runs:
+        for entry in wanted[bisect.bisect_left(wanted, seq) : bisect.bisect_left(wanted, seq + count)]:
+            found[entry] = change_id + entry - seq
+    return found
+
+
+def _entries_after(client_id: int, seq: int, limit: int) -> list[QueuedChange]:
+    entries = entry_change_ids(client_id, seq, limit)
     if not entries:
         return []
     changes = Change.objects.in_bulk([change_id for _, change_id in entries])
@@ -268,14 +309,9 @@ def _queue_heads() -> list[int]:
     """
     heads = []
     for client_id, acked in Client.objects.values_list("id", "acked_seq"):
-        head = (
-            QueueEntry.objects.filter(client_id=client_id, seq__gt=acked)
-            .order_by("seq")
-            .values_list("change_id", flat=True)
-            .first()
-        )
-        if head is not None:
-            heads.append(head)
+        head = entry_change_ids(client_id, acked, 1)
+        if head:
+            heads.append(head[0][1])
     return heads
 
 
@@ -289,7 +325,10 @@ def collect_garbage(batch_size: int = 10_000) -> tuple[int, int]:
     for client_id, acked in Client.objects.values_list("id", "acked_seq"):
         while True:
             ids = list(
-                QueueEntry.objects.filter(client_id=client_id, seq__lte=acked).values_list("id", flat=True)[:batch_size]
+                QueueEntry.objects.filter(client_id=client_id, seq__lte=acked)
+                .annotate(end=F("seq") + F("count") - 1)
+                .filter(end__lte=acked)
+                .values_list("id", flat=True)[:batch_size]
             )
             if not ids:
                 break
@@ -368,21 +407,41 @@ def session_bounds(client_id: int) -> Bounds | None:
 def read_entries(client_id: int, after_seq: int, limit: int) -> list[StoredEntry]:
     """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: one indexed query."""
     q = connection.ops.quote_name
+    # Entries are runs (QueueEntry): entry seq + i is change change_id + i. The runs overlapping (after, upper]
+    # start within MAX_RUN of it, so the (client, seq) index bounds the scan whatever the queue's length.
+    seq = "(e.seq + c.id - e.change_id)"
     select = (
-        f"SELECT e.seq, c.kind, c.schema_name, c.table_name, c.binlog_file, c.binlog_pos, c.row_index,"
+        f"SELECT {seq}, c.kind, c.schema_name, c.table_name, c.binlog_file, c.binlog_pos, c.row_index,"
         f" c.{q('timestamp')}, c.gtid, c.data FROM {_table(QueueEntry)} e JOIN {_table(Change)} c"
-        f" ON c.id = e.change_id WHERE e.client_id = %s AND e.seq > %s"
+        f" ON c.id >= e.change_id AND c.id < e.change_id + e.{q('count')}"
+        f" WHERE e.client_id = %s AND e.seq > %s AND e.seq <= %s AND {seq} > %s AND {seq} <= %s ORDER BY 1"
     )
     with connection.cursor() as cursor:
         # The live range (acked, last] has no gaps (entries leave only at the head), so the next ``limit`` entries
-        # are the seq range (after, after + limit]: a bounded index range scan whatever the planner believes
-        # about the table (a fresh table has no statistics, and a plan that sorts the whole queue costs O(queue)).
-        cursor.execute(f"{select} AND e.seq <= %s ORDER BY e.seq", [client_id, after_seq, after_seq + limit])
+        # are the seq range (after, after + limit].
+        upper = after_seq + limit
+        cursor.execute(select, [client_id, after_seq - MAX_RUN, upper, after_seq, upper])
         rows = cursor.fetchall()
         if len(rows) < limit and (not rows or rows[-1][0] - after_seq > len(rows)):
-            # A gap after all (a change missing, entries written by hand): the general query.
-            cursor.execute(f"{select} ORDER BY e.seq LIMIT %s", [client_id, after_seq, limit])
-            rows = cursor.fetchall()
+            # A gap after all (a change missing, entries written by hand): expand the runs here.
+            pairs = entry_change_ids(client_id, after_seq, limit)
+            changes = Change.objects.in_bulk([change_id for _, change_id in pairs])
+            rows = [
+                (
+                    entry,
+                    c.kind,
+                    c.schema_name,
+                    c.table_name,
+                    c.binlog_file,
+                    c.binlog_pos,
+                    c.row_index,
+                    c.timestamp,
+                    c.gtid,
+                    c.data,
+                )
+                for entry, change_id in pairs
+                if (c := changes.get(change_id)) is not None
+            ]
         return [StoredEntry._make(row) for row in rows]
 
 
@@ -442,6 +501,19 @@ def token_is_current(client_id: int, token: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT 1 FROM {_table(Client)} WHERE id = %s AND token = %s", [client_id, token])
         return cursor.fetchone() is not None
+
+
+def session_tokens(client_ids: Sequence[int]) -> dict[int, int]:
+    """The current session token of each client (a relay process checks that its sessions are still the newest)."""
+    tokens: dict[int, int] = {}
+    ids = list(client_ids)
+    for start in range(0, len(ids), 500):  # SQLite allows a limited number of parameters per statement
+        chunk = ids[start : start + 500]
+        marks = ", ".join("%s" for _ in chunk)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id, token FROM {_table(Client)} WHERE id IN ({marks})", chunk)
+            tokens.update(cursor.fetchall())
+    return tokens
 
 
 def last_seqs(client_ids: Sequence[int]) -> dict[int, int]:

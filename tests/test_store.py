@@ -141,3 +141,44 @@ def test_purge_and_delete_client() -> None:
     store.delete_client(session.client_id)
     assert not Client.objects.exists()
     assert not QueueEntry.objects.exists()
+
+
+def test_runs_of_entries_read_collect_and_expand_like_single_ones() -> None:
+    from relay.ingest import entry_runs
+
+    session = store.open_session("runs")
+    ids = [
+        Change.objects.create(
+            schema_name="s",
+            table_name="t",
+            kind=1,
+            binlog_file="b",
+            binlog_pos=i,
+            row_index=0,
+            timestamp=0,
+            data=rowcodec.encode(["id"], None, [str(i)]),
+        ).id
+        for i in range(7)
+    ]
+    # seqs 1..7 -> changes ids[0..6], but with a hole in the change ids after the third: two runs.
+    pairs = [(1, ids[0]), (2, ids[1]), (3, ids[2]), (4, ids[4]), (5, ids[5]), (6, ids[6])]
+    runs = entry_runs(session.client_id, pairs)
+    assert runs == [(session.client_id, 1, 3, ids[0]), (session.client_id, 4, 3, ids[4])]
+    for client_id, seq, count, change_id in runs:
+        QueueEntry.objects.create(client_id=client_id, seq=seq, count=count, change_id=change_id)
+    QueueState.objects.filter(client_id=session.client_id).update(last_seq=6)
+    assert store.entry_change_ids(session.client_id, 0, 100) == pairs
+    assert store.entry_change_ids(session.client_id, 2, 3) == pairs[2:5]
+    assert store.change_ids_at(session.client_id, [2, 5, 9]) == {2: ids[1], 5: ids[5]}
+    read = store.read_entries(session.client_id, 1, 4)
+    assert [(entry.seq, entry.binlog_pos) for entry in read] == [(2, 1), (3, 2), (4, 4), (5, 5)]
+    batch, remaining = store.fetch(session.client_id, 2, manual_ack=False)
+    assert [item.change.id for item in batch] == [ids[0], ids[1]] and remaining == 4
+    # The first run is only partly consumed: it stays, and so do the changes it still needs.
+    store.collect_garbage()
+    assert QueueEntry.objects.filter(client_id=session.client_id).count() == 2
+    assert not Change.objects.filter(id__in=ids[:2]).exists() and Change.objects.filter(id=ids[2]).exists()
+    store.fetch(session.client_id, 2, manual_ack=False)  # seq 3 and 4: the first run is done
+    store.collect_garbage()
+    assert list(QueueEntry.objects.filter(client_id=session.client_id).values_list("seq", flat=True)) == [4]
+    assert set(Change.objects.values_list("id", flat=True)) == {ids[5], ids[6]}
