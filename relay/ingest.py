@@ -194,6 +194,7 @@ class Ingestor:
                     "data",
                 ),
                 rows,
+                kinds="issisiiiss",
             )
         entry_rows = [
             run
@@ -201,7 +202,7 @@ class Ingestor:
             for run in entry_runs(client_id, [(seq, change_ids[position]) for seq, position in queue.entries])
         ]
         bulk.insert_rows(
-            QueueEntry._meta.db_table, ("client_id", "seq", "count", "change_id"), entry_rows, integers=True
+            QueueEntry._meta.db_table, ("client_id", "seq", "count", "change_id"), entry_rows, kinds="iiii"
         )
         for client_id, queue in queues.items():
             if not queue.entries and not queue.discarded:
