@@ -436,8 +436,13 @@ def build_row_decoder(columns: Sequence[ColumnInfo], present: int) -> RowDecoder
     return decoder
 
 
-def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind: str) -> str:
-    """Statements decoding one row image into v0, v1...; returns the text of the tuple of the row's values."""
+def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind: str, role: str = "") -> str:
+    """Statements decoding one row image into v0, v1...; returns the text of the tuple of the row's values.
+
+    ``role`` "before"/"after" marks the two images of an UPDATE with the same columns: the before image notes where
+    each block of fixed-size columns starts, and the after image keeps the before values of a block whose bytes (and
+    NULLs) did not change instead of decoding it again (most updates change a few columns only).
+    """
     present_indexes = [i for i in range(len(columns)) if present >> i & 1]
     null_bytes = (len(present_indexes) + 7) // 8
     any_nullable = any(columns[i].nullable for i in present_indexes)
@@ -447,8 +452,11 @@ def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind:
             b.lines.append(f"{ind}nb = buf[p]; p += 1")
         else:
             b.lines.append(f"{ind}nb = _from(buf[p:p + {null_bytes}], 'little'); p += {null_bytes}")
+        if role == "before":
+            b.lines.append(f"{ind}nbb = nb")
     elif null_bytes:
         b.lines.append(f"{ind}p += {null_bytes}")
+    block_number = 0
     # Group the image into blocks of consecutive fixed-size columns and single variable-size ones.
     items = [(bit, index, columns[index]) for bit, index in enumerate(present_indexes)]
     k = 0
@@ -468,12 +476,27 @@ def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind:
             end += 1
         block = items[k:end]
         mask = sum(1 << bit for bit, _index, column in block if column.nullable)
+        size = sum(fixed_size(column) or 0 for _bit, _index, column in block)
+        start = f"s{block_number}"
+        block_number += 1
+        if role == "before" and size:
+            b.lines.append(f"{ind}{start} = p")
         if not mask:
-            _emit_fixed_block(b, block, ind)
+            if role == "after" and size:
+                b.lines += [f"{ind}if buf[p:p + {size}] == buf[{start}:{start} + {size}]:", f"{deeper}p += {size}"]
+                b.lines.append(f"{ind}else:")
+                _emit_fixed_block(b, block, deeper)
+            else:
+                _emit_fixed_block(b, block, ind)
         else:
             # The common case, no NULL in the block, reads it at constant offsets; otherwise column by column.
             b.lines.append(f"{ind}if not nb & {mask}:")
-            _emit_fixed_block(b, block, deeper)
+            if role == "after" and size:
+                same = f"not nbb & {mask} and buf[p:p + {size}] == buf[{start}:{start} + {size}]"
+                b.lines += [f"{deeper}if {same}:", f"{deepest}p += {size}", f"{deeper}else:"]
+                _emit_fixed_block(b, block, deepest)
+            else:
+                _emit_fixed_block(b, block, deeper)
             b.lines.append(f"{ind}else:")
             for bit, index, column in block:
                 prelude, expression = _fixed(b, column, 0)
@@ -535,10 +558,11 @@ def _generate_rows(columns: tuple[ColumnInfo, ...], kind: int, present: int, pre
         "    append = out.append",
         "    while p < end:",
     ]
-    first = _emit_image(b, columns, present, "        ")
+    same_columns = kind == KIND_UPDATE and present == present_after
+    first = _emit_image(b, columns, present, "        ", "before" if same_columns else "")
     if kind == KIND_UPDATE:
         b.lines.append(f"        before = {first}")
-        after = _emit_image(b, columns, present_after, "        ")
+        after = _emit_image(b, columns, present_after, "        ", "after" if same_columns else "")
         images = f"before, {after}"
     elif kind == KIND_DELETE:
         images = f"{first}, None"
