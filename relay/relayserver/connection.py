@@ -79,6 +79,8 @@ class Connection:
         self.state = IDLE
         self.since = server.loop.time()
         self.closing = False
+        #: True while an AUTH of this connection runs: its new session is not registered yet.
+        self.authenticating = False
         self._waiter: Waiter | None = None
 
     # -- the loop ------------------------------------------------------------------------------------------------
@@ -197,11 +199,14 @@ class Connection:
                 Result.MALFORMED, f"AUTH: ClientName is {len(request.name)} characters, the limit is {MAX_STORED_NAME}"
             )
         async with self.server.auth_lock(request.name):
+            self.authenticating = True
             try:
                 opened = await self.server.threads.run(store.open_session, request.name, self.peer)
             except DatabaseError as exc:
                 log.warning("connection %s: AUTH failed in the store: %s", self.peer, exc)
                 raise _Close from exc
+            finally:
+                self.authenticating = False
             previous = self.session
             self.session = SessionQueue(
                 opened.client_id, opened.token, self.server.threads, instance_id=self.server.instance_id
@@ -212,6 +217,9 @@ class Connection:
         return auth_reply(request.key, opened.token, opened.client_id)
 
     async def _poll(self, session: SessionQueue, v2: bool) -> bytes:
+        # A POLL may be served from the read-ahead without a store call: first hear whether a newer session of this
+        # client was announced (by any relay process); if so the read-ahead is dropped and the store decides.
+        self.server.notifier.pending()
         delivery = await session.poll(v2)
         if delivery is None:
             return EMPTY_REPLY

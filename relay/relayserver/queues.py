@@ -231,6 +231,10 @@ class SessionQueue:
         """The next POLL reads the store (which checks the token) instead of serving from memory."""
         self._ahead.clear()
 
+    def forget_read_ahead(self) -> None:
+        """The next POLL reads the store (which checks the token) instead of serving from memory."""
+        self._ahead.clear()
+
     # -- commands -------------------------------------------------------------------------------------------------
 
     async def poll(self, v2: bool) -> Delivery | None:

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from clientproto import accepted_keys
 from relay import store
@@ -25,6 +25,10 @@ from relay.relayserver.wakeup import Notifier, make_notifier
 log = logging.getLogger("relay.server")
 
 _AUTH_LOCKS = 64
+#: How often the tokens of this process's sessions are compared with the store, to close connections whose client
+#: authenticated again on another relay process. On PostgreSQL the session notification does this at once and the
+#: sweep only covers a LISTEN connection that was down; SQLite has no notification.
+SESSION_CHECK_INTERVAL = {"postgresql": 2.0, "sqlite": 0.2}
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class RelayServer:
         self._session_closes: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._session_watch: asyncio.Task[None] | None = None
         self._stop_requested: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop
 
@@ -69,13 +74,14 @@ class RelayServer:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
-        self.notifier = make_notifier(self.threads)
+        self.notifier = make_notifier(self.threads, self.session_announced)
         await self.notifier.start()
         self.history.start()
         self._listener = await asyncio.start_server(
             self._accept, self.options.address, self.options.port, reuse_address=True, backlog=1024
         )
         self._sweeper = asyncio.create_task(self._sweep(), name="relay-timeouts")
+        self._session_watch = asyncio.create_task(self._watch_sessions(), name="relay-sessions")
         log.info(
             "relay server listening on %s (instance %d)",
             ", ".join(f"{a[0]}:{a[1]}" for a in self.addresses),
@@ -111,6 +117,8 @@ class RelayServer:
             self._listener.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._session_watch is not None:
+            self._session_watch.cancel()
         await self.notifier.stop()  # long-polling FETCHes answer now (empty) instead of waiting out WaitMs
         for conn, task in list(self._tasks.items()):
             if conn.state == IDLE:
@@ -161,6 +169,52 @@ class RelayServer:
         if older is not None and older is not conn:
             log.info("client %d authenticated again from %s: closing %s", client_id, conn.peer, older.peer)
             older.kick()
+
+    def session_announced(self, client_id: int, token: int) -> None:
+        """A relay process (this one or another) opened session ``token`` for ``client_id``.
+
+        If a connection here holds another session of that client, its read-ahead is dropped at once (so its next
+        POLL asks the store, which refuses a replaced session with 0xFB), and the store is asked whether that
+        session is still the newest: if not, the connection is closed. The store decides, not the order in which
+        notifications arrive, so a late notification never closes a newer session.
+        """
+        conn = self._by_client.get(client_id)
+        session = None if conn is None else conn.session
+        if conn is None or session is None or session.token == token:
+            return
+        session.forget_read_ahead()
+        task = self.loop.create_task(self._verify_sessions({client_id: (conn, session)}))
+        self._session_closes.add(task)
+        task.add_done_callback(self._session_closes.discard)
+
+    async def _verify_sessions(self, held: dict[int, tuple[Connection, SessionQueue]]) -> None:
+        """Closes the connections of ``held`` whose session the store no longer holds."""
+        try:
+            tokens = await self.threads.run(store.session_tokens, sorted(held))
+        except (DatabaseError, RuntimeError) as exc:  # RuntimeError: the store threads are shut down
+            log.warning("could not check the sessions: %s", exc)
+            return
+        for client_id, (conn, session) in held.items():
+            # The session read before the query: one this process opened meanwhile is newer than what the query
+            # read, and must stay; so must an AUTH still in progress (it registers its own session).
+            if tokens.get(client_id) != session.token and conn.session is session and not conn.authenticating:
+                log.info("client %d has a newer session: closing %s", client_id, conn.peer)
+                session.stale = True
+                conn.kick()
+
+    async def _watch_sessions(self) -> None:
+        """Every few moments, the same check for every session here (SQLite has no notification; on PostgreSQL
+        this covers the moments the LISTEN connection was down)."""
+        interval = SESSION_CHECK_INTERVAL.get(connections["default"].vendor, 1.0)
+        while True:
+            await asyncio.sleep(interval)
+            held = {
+                client_id: (conn, conn.session)
+                for client_id, conn in self._by_client.items()
+                if conn.session is not None and not conn.authenticating
+            }
+            if held:
+                await self._verify_sessions(held)
 
     def unregister(self, conn: Connection) -> None:
         for client_id, holder in list(self._by_client.items()):

@@ -9,6 +9,10 @@ wakes it.
 On SQLite there is no notification: while someone waits, one task reads the newest seq of every waiting client's
 queue (one indexed query) every :data:`SQLITE_INTERVAL` seconds and wakes the clients whose queue grew past what
 they saw. Nobody waiting, no queries.
+
+The same LISTEN connection hears ``relay_sessions`` (:data:`relay.store.SESSION_CHANNEL`): each AUTH announces the
+client's new token at commit, and the server closes its own older connection of that client, so that with several
+relay processes the newest session wins within a millisecond (see :class:`SessionCallback`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -23,6 +28,7 @@ from django.db import DatabaseError, connections
 from relay import store
 from relay.ingest import QUEUE_CHANNEL
 from relay.relayserver.database import StoreThreads
+from relay.store import SESSION_CHANNEL
 
 log = logging.getLogger("relay.server")
 
@@ -30,6 +36,9 @@ SQLITE_INTERVAL = 0.01
 #: However the wake-up works, a waiter re-reads its queue at least this often (a lost notification costs no more).
 SAFETY_INTERVAL = 1.0
 _RECONNECT_DELAY = 1.0
+
+#: Called on the event loop with (client_id, token) of every new session announced by any relay process.
+SessionCallback = Callable[[int, int], None]
 
 
 class Waiter:
@@ -80,10 +89,14 @@ class Notifier:
     def _waiter_added(self) -> None:
         pass
 
+    def pending(self) -> None:
+        """Handles what the store has already announced (nothing to do without notifications)."""
+
 
 class PostgresNotifier(Notifier):
-    def __init__(self) -> None:
+    def __init__(self, on_session: SessionCallback | None = None) -> None:
         super().__init__()
+        self._on_session = on_session
         self._conn: Any = None
         self._task: asyncio.Task[None] | None = None
 
@@ -105,6 +118,7 @@ class PostgresNotifier(Notifier):
         conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
         with conn.cursor() as cursor:
             cursor.execute(f"LISTEN {QUEUE_CHANNEL}")
+            cursor.execute(f"LISTEN {SESSION_CHANNEL}")
         self._conn = conn
 
     def _on_readable(self) -> None:
@@ -115,9 +129,34 @@ class PostgresNotifier(Notifier):
             log.warning("LISTEN %s connection failed: %s", QUEUE_CHANNEL, exc)
             self._drop()
             return
-        if conn.notifies:
-            conn.notifies.clear()
+        if not conn.notifies:
+            return
+        notifies = list(conn.notifies)
+        conn.notifies.clear()
+        queued = False
+        for notify in notifies:
+            if notify.channel == SESSION_CHANNEL:
+                self._session_announced(notify.payload)
+            else:
+                queued = True
+        if queued:
             self._wake_all()
+
+    def _session_announced(self, payload: str) -> None:
+        if self._on_session is None:
+            return
+        try:
+            client_id, token = (int(part) for part in payload.split(":"))
+        except ValueError:
+            log.warning("ignoring a malformed %s notification: %r", SESSION_CHANNEL, payload)
+            return
+        self._on_session(client_id, token)
+
+    def pending(self) -> None:
+        """Handles the notifications already received, now (a POLL served from memory must not miss a newer
+        session that PostgreSQL has already announced)."""
+        if self._conn is not None:
+            self._on_readable()
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -190,7 +229,7 @@ class PollingNotifier(Notifier):
                 await self._task
 
 
-def make_notifier(threads: StoreThreads) -> Notifier:
+def make_notifier(threads: StoreThreads, on_session: SessionCallback | None = None) -> Notifier:
     if connections["default"].vendor == "postgresql":
-        return PostgresNotifier()
+        return PostgresNotifier(on_session)
     return PollingNotifier(threads)
