@@ -187,9 +187,9 @@ def fixed_size(column: ColumnInfo) -> int | None:
     }.get(t)
 
 
-# repr() of a double is already MySQL's text in fixed notation under 18 characters (|x| < 1e15); the rest
-# (exponents, long fractions) takes the full path.
-_DOUBLE_TEXT = "(r[:-2] if r[-2:] == '.0' else r) if len(r) < 18 and 'e' not in r else _double(float(r))"
+# repr() of a double x is already MySQL's text when it has no exponent and |x| < 1e15 (repr switches to exponents
+# only at 1e16, MySQL at 1e15), but for the ".0" of integral values; the rest takes the full path.
+_DOUBLE_TEXT = "(r[:-2] if r[-2:] == '.0' else r) if -1e15 < x < 1e15 and 'e' not in r else _double(x)"
 
 
 def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
@@ -211,7 +211,7 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     if t == MYSQL_TYPE_NEWDECIMAL:
         return _decimal(b, meta >> 8, meta & 0xFF, at(0))
     if t == MYSQL_TYPE_DOUBLE:
-        return [f"r = repr({b.unpacker('d')}(buf, {at(0)})[0])"], _DOUBLE_TEXT
+        return [f"x = {b.unpacker('d')}(buf, {at(0)})[0]; r = repr(x)"], _DOUBLE_TEXT
     if t == MYSQL_TYPE_YEAR:
         return [], f"YEAR[buf[{at(0)}]]"
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
@@ -242,7 +242,10 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
         return [], f"_tmold(_from(buf[{at(0)}:{at(3)}], 'little', signed=True))"
     if t == MYSQL_TYPE_TIME2:
         if meta == 0:
-            return [], f"T2[(buf[{at(0)}] << 16 | buf[{at(1)}] << 8 | buf[{at(2)}]) - 8388608]"
+            # Times of day come from the DATETIME2 table; other (negative, >= 24 h) values from the memo.
+            return [f"n = (buf[{at(0)}] << 16 | buf[{at(1)}] << 8 | buf[{at(2)}]) - 8388608"], (
+                "DT2T[n] if 0 <= n < 98304 else T2[n]"
+            )
         return [], f"_tm2(buf, {at(0)}, {meta})"
     if t == MYSQL_TYPE_BIT:
         nbytes = ((meta & 0xFF) * 8 + (meta >> 8) + 7) // 8
@@ -364,6 +367,8 @@ def _le_code(column: ColumnInfo) -> str:
     t = column.type_code
     if t in _INT_FORMATS and t != MYSQL_TYPE_TINY:
         return _INT_FORMATS[t][2 if column.unsigned else 1]
+    if t == MYSQL_TYPE_INT24:
+        return "HB" if column.unsigned else "Hb"  # low 16 bits, then the (signed) high byte
     return {MYSQL_TYPE_FLOAT: "f", MYSQL_TYPE_DOUBLE: "d"}.get(t, "")
 
 
@@ -372,7 +377,9 @@ def _from_number(column: ColumnInfo, var: str) -> list[str]:
     if column.type_code == MYSQL_TYPE_FLOAT:
         return [f"{var} = _float({var})"]
     if column.type_code == MYSQL_TYPE_DOUBLE:
-        return [f"r = repr({var}); {var} = {_DOUBLE_TEXT}"]
+        return [f"x = {var}; r = repr(x); {var} = {_DOUBLE_TEXT}"]
+    if column.type_code == MYSQL_TYPE_INT24:
+        return [f"{var} = str({var} | h{var} << 16)"]
     return [f"{var} = str({var})"]
 
 
@@ -389,7 +396,10 @@ def _emit_fixed_block(b: _Builder, block: list[tuple[int, int, ColumnInfo]], ind
             run = block[i:j]
             unpack = b.unpacker("".join(_le_code(c) for _bit, _index, c in run))
             at = "p" if off == 0 else f"p + {off}"
-            b.lines.append(f"{ind}{', '.join(f'v{index}' for _bit, index, _c in run)} = {unpack}(buf, {at})")
+            targets = ", ".join(
+                f"v{index}, hv{index}" if c.type_code == MYSQL_TYPE_INT24 else f"v{index}" for _bit, index, c in run
+            )
+            b.lines.append(f"{ind}{targets} = {unpack}(buf, {at})")
             for _bit, index, column in run:
                 b.lines.extend(ind + line for line in _from_number(column, f"v{index}"))
                 off += fixed_size(column) or 0

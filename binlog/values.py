@@ -52,8 +52,6 @@ def format_double(value: float) -> str:
     text = repr(value)
     if "e" not in text and -1e15 < value < 1e15:
         # repr already has the shortest digits in fixed notation (it uses it for 1e-4 <= |x| < 1e16).
-        if value == 0.0:
-            return "0"
         return text[:-2] if text.endswith(".0") else text
     if "n" in text:
         return text  # inf, nan: MySQL never stores them
@@ -242,11 +240,6 @@ def text_or_bytes(data: bytes) -> str | bytes:
         return data
 
 
-def _hms_text(hms: int) -> str:
-    """A packed hour << 12 | minute << 6 | second (DATETIME2's time part) as hh:mm:ss."""
-    return f"{hms >> 12:02d}:{(hms >> 6) & 63:02d}:{hms & 63:02d}"
-
-
 def _ymd_text(ymd: int) -> str:
     """DATETIME2's date part, (year * 13 + month) << 5 | day, as 'YYYY-MM-DD '."""
     ym = ymd >> 5
@@ -255,6 +248,8 @@ def _ymd_text(ymd: int) -> str:
 
 def _time2_text(value: int) -> str:
     """TIME2 without fraction: the 3-byte value with its offset removed (negative for negative times)."""
+    if 0 <= value < 24 << 12:
+        return DATETIME2_TIME[value]
     sign = ""
     if value < 0:
         sign, value = "-", -value
@@ -263,7 +258,10 @@ def _time2_text(value: int) -> str:
 
 DATE_TEXT = Memo(date_text)
 DATETIME2_DATE = Memo(_ymd_text)
-DATETIME2_TIME = Memo(_hms_text)
+DATETIME2_TIME = tuple(  # hour << 12 | minute << 6 | second → "hh:mm:ss" for every time of day ("" in the holes)
+    f"{hms >> 12:02d}:{(hms >> 6) & 63:02d}:{hms & 63:02d}" if (hms >> 6) & 63 < 60 and hms & 63 < 60 else ""
+    for hms in range(24 << 12)
+)
 DAY_TEXT = Memo(lambda day: date_of_unix_day(day) + " ")
 SECONDS_OF_DAY = tuple(  # every time of day: TIMESTAMP values rarely repeat to the second, so a memo would miss
     f"{h:02d}:{m:02d}:{sec:02d}" for h in range(24) for m in range(60) for sec in range(60)
