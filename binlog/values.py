@@ -258,13 +258,16 @@ def _time2_text(value: int) -> str:
 
 DATE_TEXT = Memo(date_text)
 DATETIME2_DATE = Memo(_ymd_text)
-DATETIME2_TIME = tuple(  # hour << 12 | minute << 6 | second → "hh:mm:ss" for every time of day ("" in the holes)
-    f"{hms >> 12:02d}:{(hms >> 6) & 63:02d}:{hms & 63:02d}" if (hms >> 6) & 63 < 60 and hms & 63 < 60 else ""
-    for hms in range(24 << 12)
-)
+
 DAY_TEXT = Memo(lambda day: date_of_unix_day(day) + " ")
 SECONDS_OF_DAY = tuple(  # every time of day: TIMESTAMP values rarely repeat to the second, so a memo would miss
     f"{h:02d}:{m:02d}:{sec:02d}" for h in range(24) for m in range(60) for sec in range(60)
+)
+DATETIME2_TIME = tuple(  # hour << 12 | minute << 6 | second → "hh:mm:ss" (the same strings), "" in the holes
+    SECONDS_OF_DAY[(hms >> 12) * 3600 + ((hms >> 6) & 63) * 60 + (hms & 63)]
+    if (hms >> 6) & 63 < 60 and hms & 63 < 60
+    else ""
+    for hms in range(24 << 12)
 )
 TIME2_SECONDS = Memo(_time2_text)
 FRACTIONS = {fsp: Memo(lambda usec, fsp=fsp: "." + f"{usec:06d}"[:fsp]) for fsp in range(1, 7)}

@@ -1,0 +1,57 @@
+"""Value renderers and objects that travel between processes (PySpark tasks pickle them)."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+
+from binlog import NOT_PRESENT, Position, RowChange, Transaction
+from binlog.table import ColumnInfo, TableInfo
+from binlog.values import SECONDS_OF_DAY, TIME2_SECONDS, date_of_unix_day, format_double, format_float
+
+
+def test_double_text_is_mariadbs() -> None:
+    # MariaDB prints DOUBLE in fixed notation for exponents -15..14, else d.ddde±x, shortest round-trip digits.
+    cases = {
+        0.1: "0.1",
+        100.0: "100",
+        1e14: "100000000000000",
+        1e15: "1e15",
+        1.2345678901234568e16: "1.2345678901234568e16",
+        1e-15: "0.000000000000001",
+        1e-16: "1e-16",
+        -1.5e-20: "-1.5e-20",
+        0.12345678901234568: "0.12345678901234568",
+        123456.78901234567: "123456.78901234567",
+        5e-324: "5e-324",
+    }
+    for value, text in cases.items():
+        assert format_double(value) == text
+        assert float(text) == value
+
+
+def test_float_text_is_the_shortest_single_precision_round_trip() -> None:
+    for literal, text in (("0.1", "0.1"), ("1.23456789", "1.2345679"), ("16777217", "16777216"), ("3.4e38", "3.4e38"),
+                          ("1e-30", "1e-30"), ("-7e10", "-70000000000"), ("123.456", "123.456")):  # fmt: skip
+        single = struct.unpack("<f", struct.pack("<f", float(literal)))[0]
+        assert format_float(single) == text
+        assert struct.pack("<f", float(text)) == struct.pack("<f", single)
+
+
+def test_calendar_and_clock_tables() -> None:
+    assert date_of_unix_day(0) == "1970-01-01"
+    assert date_of_unix_day(19782) == "2024-02-29"
+    assert date_of_unix_day(24855) == "2038-01-19"
+    assert SECONDS_OF_DAY[0] == "00:00:00" and SECONDS_OF_DAY[86399] == "23:59:59"
+    assert TIME2_SECONDS[-(838 << 12 | 59 << 6 | 59)] == "-838:59:59"
+    assert TIME2_SECONDS[23 << 12 | 59 << 6 | 58] == "23:59:58"
+
+
+def test_changes_pickle_for_spark_tasks() -> None:
+    info = TableInfo("s", "t", (ColumnInfo("id", 3, "int"), ColumnInfo("b", 252, "blob", charset="binary")), ("id",))
+    change = RowChange("s", "t", 2, info.names, ("1", NOT_PRESENT), ("1", b"\x00"), "binlog.000001", 99, 0, 7, "", info)
+    trx = Transaction([change], Position("binlog.000001", 120, "0-1-5"), 7, "0-1-5", (), {19: 1})
+    copy = pickle.loads(pickle.dumps(trx))
+    assert copy == trx
+    assert copy.changes[0].before[1] is NOT_PRESENT
+    assert copy.changes[0].table_info == info and copy.changes[0].as_dict("after") == {"id": "1", "b": b"\x00"}
