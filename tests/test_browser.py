@@ -325,3 +325,61 @@ def test_dashboard_in_chromium(live_server, browser: Chromium, screenshots: Path
     errors = browser.errors()
     assert not errors, "\n".join(errors)
     assert len(list(screenshots.glob("*.png"))) >= len(PAGES) + 3
+
+
+def test_dashboard_with_a_real_worker_run(live_server, browser: Chromium, screenshots: Path, fresh_schema) -> None:
+    """The pages over what a real worker stored from a real source, not over fabricated rows."""
+    from relay import store
+    from relay.models import Checkpoint
+    from tests.harness.processes import RelayProcess, relay_env, stop_all, wait_for
+
+    server, schema = fresh_schema
+    make_users()
+    server.execute(
+        f"CREATE TABLE `{schema}`.orders (id INT PRIMARY KEY, total DECIMAL(8,2), placed DATETIME(3), note TEXT)"
+    )
+    session = store.open_session("browser-client")
+    store.add_filter(session.client_id, 7, schema, "*", 1000, 1)
+    start = server.binlog_position()
+    worker = RelayProcess(relay_env(server), "runbinlog", "--from", f"{start[0]}:{start[1]}").start()
+    try:
+        server.execute(
+            *(f"INSERT INTO `{schema}`.orders VALUES ({i}, {i}.25, NOW(3), 'note {i}')" for i in range(1, 41)),
+            f"UPDATE `{schema}`.orders SET total = total + 1 WHERE id <= 10",
+            f"DELETE FROM `{schema}`.orders WHERE id > 35",
+        )
+        target = server.binlog_position()
+        wait_for(
+            lambda: (cp := Checkpoint.objects.first()) is not None and (cp.binlog_file, cp.binlog_pos) >= target,
+            60,
+            message="the worker to catch up",
+        )
+    finally:
+        worker.stop()
+        stop_all()
+
+    base = live_server.url
+    browser.goto(base + "/")
+    browser.submit_and_wait(
+        f"""document.querySelector('#id_username').value = 'admin';
+        document.querySelector('#id_password').value = {json.dumps(PASSWORD)};
+        document.querySelector('form[action="/accounts/login/"]').submit();"""
+    )
+    checks = [
+        ("/", "real-overview", {"svg.line-chart": 2}, ["CONNECTED", "STOPPED"], start[0]),
+        ("/clients/", "real-clients", {}, ["browser-client"], f"{schema}.*"),
+        (f"/clients/{session.client_id}/", "real-client-detail", {"svg.line-chart": 1}, ["note 1"], "orders"),
+        ("/usage/", "real-usage", {"svg.bar-chart": 1, "svg.sparkline": 1}, [f"{schema}.orders"], "40"),
+        ("/schema/", "real-schema", {}, ["placed"], "decimal(8,2)"),
+    ]
+    for path, name, expected, any_of, must in checks:
+        browser.goto(base + path)
+        text = browser.evaluate("document.body.innerText")
+        assert must in text, f"{name}: {must!r} missing"
+        assert any(word in text for word in any_of), f"{name}: none of {any_of} shown"
+        for selector, minimum in expected.items():
+            charts = browser.evaluate(CHART_CHECK % json.dumps(selector))
+            assert len(charts) >= minimum and all(chart["drawn"] > 0 for chart in charts), f"{name}: {selector}"
+        browser.screenshot(screenshots / f"{name}.png")
+    errors = browser.errors()
+    assert not errors, "\n".join(errors)
