@@ -2,8 +2,8 @@
 
 A rows event holds many rows of one table; interpreting each column's type for every row costs most of the decoding
 time. Instead, the first rows event of a layout (column types, metadata, signedness, charsets, labels, and the set of
-columns present in the row image) gets a straight-line function that decodes one row image; later events of the
-same layout reuse it from a cache. The generated function takes ``(buf, pos)`` and returns ``(values, next_pos)``.
+columns present in the row image(s)) gets a straight-line function that decodes all the rows of an event into
+RowChange objects; later events of the same layout reuse it from a cache (``build_rows_decoder``).
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ from binlog.constants import (
 from binlog.errors import BinlogError
 from binlog.table import ColumnInfo
 from binlog.values import DIG2BYTES
-
-RowDecoder = Callable[[bytes, int], tuple[tuple, int]]
 
 _INT_FORMATS = {
     MYSQL_TYPE_TINY: (1, "b", "B"),
@@ -429,23 +427,6 @@ def _layout_key(column: ColumnInfo) -> tuple:
     )
 
 
-_DECODERS: dict[tuple, RowDecoder] = {}
-
-
-def build_row_decoder(columns: Sequence[ColumnInfo], present: int) -> RowDecoder:
-    """A decoder for one row image of ``columns`` where bit i of ``present`` says column i is in the image.
-
-    Cached on the layout alone (names do not change how a row is read), so tables of one shape share a decoder.
-    """
-    key = (tuple(_layout_key(c) for c in columns), present)
-    decoder = _DECODERS.get(key)
-    if decoder is None:
-        if len(_DECODERS) >= 4096:
-            _DECODERS.clear()
-        decoder = _DECODERS[key] = _generate(tuple(columns), present)
-    return decoder
-
-
 def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind: str, role: str = "") -> str:
     """Statements decoding one row image into v0, v1...; returns the text of the tuple of the row's values.
 
@@ -531,14 +512,6 @@ def _compile(b: _Builder, name: str, label: str) -> Callable[..., object]:
     function = namespace[name]
     function.source = source  # type: ignore[attr-defined]  # kept for debugging and tests
     return function  # type: ignore[return-value]
-
-
-def _generate(columns: tuple[ColumnInfo, ...], present: int) -> RowDecoder:
-    b = _Builder()
-    b.lines.append("def decode_row(buf, p):")
-    values = _emit_image(b, columns, present, "    ")
-    b.lines.append(f"    return {values}, p")
-    return _compile(b, "decode_row", f"<row decoder {len(columns)} columns>")  # type: ignore[return-value]
 
 
 # (buf, p, end, schema, table, names, file, pos, timestamp, gtid, info, first_row) -> (changes, p)
