@@ -18,16 +18,26 @@ API
 ``SourceSettings``
     host, port, user, password, server_id (the replica id, default 0x52454C), heartbeat_seconds (5.0),
     connect_timeout, read_timeout (default 3 heartbeats + 2 s), ssl (PyMySQL ``ssl`` dict), schema_connection
-    (other credentials for information_schema), use_gtid, reconnect delays.
-``BinlogStream(settings, start=None, *, schema_provider=None, blocking=True)``
+    (other credentials for information_schema), use_gtid (resume by GTID even when a file is known),
+    reconnect_initial_delay / reconnect_max_delay / max_reconnect_attempts (None: forever), extra (more PyMySQL
+    connect arguments).
+``BinlogStream(settings, start=None, *, schema_provider=None, blocking=True, verify_checksum=True)``
     ``start=None`` starts at the source's current position (SHOW MASTER STATUS, or SHOW BINARY LOG STATUS on MySQL
     8.2+). Iterating yields ``Transaction`` objects: ``changes`` (list of ``RowChange``), ``position`` (resume point
     after it), ``timestamp``, ``gtid``, ``statements`` (DDL texts in it), ``event_counts`` (events by type since the
-    previous yield). Lost connections are retried with exponential backoff from the last ``confirm()``-ed position
-    (the start position until the first confirm). ``blocking=False`` stops at the end of the source's binlog.
-    Statistics: ``source_position()``, ``lag_seconds``, ``reconnects``, ``last_error``.
-``read_binlog_files(paths, *, schema_provider=None)``
-    The same transactions from binlog files on disk.
+    previous yield) and ``schemas`` (the default database of each statement). Lost connections are retried with
+    exponential backoff from the last ``confirm()``-ed position (the start position until the first confirm), each
+    attempt logged. ``blocking=False`` stops at the end of the source's binlog. Statistics: ``source_position()``,
+    ``confirmed_position``, ``lag_seconds``, ``reconnects``, ``last_error``, ``server_version``.
+``RowChange``
+    Slotted; fields as listed in the usage above, plus ``kind_name`` ("insert"/"update"/"delete") and
+    ``as_dict("before"|"after")``. ``table_info`` is a ``TableInfo`` (schema, table, columns of ``ColumnInfo``:
+    name, type_code, type_name, unsigned, charset, nullable, meta, enum_values, set_values; primary_key).
+``read_binlog_files(paths, *, schema_provider=None, start=4, verify_checksum=True)``
+    The same transactions from binlog files on disk (``start``: a position in the first file).
+``EventDecoder``, ``InformationSchemaProvider``, ``SchemaProvider``
+    The decoder both of them use (feed it whole events), and the information_schema look-up (a ``SchemaProvider``
+    is anything with ``table(schema, table)`` and ``invalidate(schema=None, table=None)``).
 
 Values
 ------
@@ -44,8 +54,9 @@ either metadata or schema, signedness is taken as signed and strings of unknown 
 Errors
 ------
 ``BinlogError`` (base), ``ChecksumError`` (CRC32 mismatch; names file and position), ``PurgedPositionError`` (the
-start file is gone from the source: server error 1236), ``TruncatedEventError`` (an event shorter than its layout).
-A rows event for a table id no TABLE_MAP announced raises ``BinlogError``; unknown event types are skipped by size.
+start file is gone from the source: server error 1236; never retried), ``TruncatedEventError`` (an event shorter
+than its layout), ``ConnectionLostError`` and ``ServerError`` (retried by the stream). A rows event for a table id no
+TABLE_MAP announced raises ``BinlogError``; unknown event types are skipped by size.
 """
 
 from __future__ import annotations
