@@ -213,7 +213,7 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     if t == MYSQL_TYPE_YEAR:
         return [], f"YEAR[buf[{at(0)}]]"
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
-        return [], f"DATE[buf[{at(0)}] | buf[{at(1)}] << 8 | buf[{at(2)}] << 16]"
+        return [], f"DATE[buf[{at(0)}:{at(3)}]]"
     if t == MYSQL_TYPE_TIMESTAMP:
         return [], f"_tsf({b.unpacker('I')}(buf, {at(0)})[0])"
     if t == MYSQL_TYPE_TIMESTAMP2:

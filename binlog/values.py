@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 ZERO_DATE = "0000-00-00"
 _unpack_f = struct.Struct("<f").unpack
@@ -105,12 +106,12 @@ class Memo(dict):
 
     __slots__ = ("function", "limit")
 
-    def __init__(self, function: Callable[[int], str], limit: int = 200_000) -> None:
+    def __init__(self, function: Callable[[Any], str], limit: int = 200_000) -> None:
         super().__init__()
         self.function = function
         self.limit = limit
 
-    def __missing__(self, key: int) -> str:
+    def __missing__(self, key: Any) -> str:
         if len(self) >= self.limit:
             self.clear()
         value = self[key] = self.function(key)
@@ -256,7 +257,7 @@ def _time2_text(value: int) -> str:
     return f"{sign}{(value >> 12) & 0x3FF:02d}:{(value >> 6) & 63:02d}:{value & 63:02d}"
 
 
-DATE_TEXT = Memo(date_text)
+DATE_TEXT = Memo(lambda raw: date_text(raw[0] | raw[1] << 8 | raw[2] << 16))  # by the 3 stored bytes
 DATETIME2_DATE = Memo(_ymd_text)
 
 DAY_TEXT = Memo(lambda day: date_of_unix_day(day) + " ")
