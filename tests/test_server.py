@@ -608,3 +608,35 @@ def test_clients_sharing_changes_get_the_same_events(relay: ServerThread) -> Non
     assert [e.seq for e in second.events] == list(range(1, 46))
     assert [e.columns for e in second.events[5:]] == [e.columns for e in first.events]
     assert first.queue_size == 0 and second.queue_size == 0
+
+
+def test_fetch_read_ahead_never_reorders_duplicates_or_loses(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": str(i)} for i in range(60)])
+    seqs = [e.seq for e in fetch(client, 10).events]  # the next 10 are read while the client takes these
+    seqs += [e.seq for e in fetch(client, 10).events]  # served from the read-ahead
+    seqs += [e.seq for e in fetch(client, 5).events]  # another size: read again
+    _, payload = client.request(Command.POLL)  # a POLL after a FETCH: the very next entry
+    seqs.append(decode_poll_reply(payload).queue_size and 26)
+    seqs += [e.seq for e in fetch(client, 10).events]
+    reply = fetch(client, 10, manual=True)  # manual ack: never from the auto-ack read-ahead
+    seqs += [e.seq for e in reply.events]
+    assert seqs == list(range(1, 47))
+    enqueue(client.client_id, [{"id": "late"}])  # committed while the read-ahead of 47..56 was taken
+    client.close()  # the read-ahead was never sent: a new session gets everything after what was
+    again = authed(relay)
+    replay = [e.seq for e in fetch(again, 100, manual=True).events]
+    assert replay == list(range(37, 62))  # 37..46 were sent with manual ack and never acknowledged
+    assert Client.objects.get(id=client.client_id).acked_seq == 36
+
+
+def test_fetch_read_ahead_is_not_served_to_a_replaced_session(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": str(i)} for i in range(30)])
+    assert [e.seq for e in fetch(client, 10).events] == list(range(1, 11))
+    # The read-ahead of 11..20 writes the delivery of 1..10 first (a newer AUTH before that write would get
+    # 1..10 again: write-behind is at-least-once).
+    wait_until(lambda: Client.objects.get(id=client.client_id).acked_seq == 10)
+    newer = authed(relay)  # closes the older connection; its read-ahead of 11..20 is never served
+    assert client.closed_by_peer()
+    assert [e.seq for e in fetch(newer, 100).events] == list(range(11, 31))

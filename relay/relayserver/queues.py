@@ -142,6 +142,11 @@ class SessionQueue:
     _sync_task: asyncio.Task[None] | None = None
     #: The write-behind store call in flight, if any (the sync task spends most of its life sleeping before it).
     _writing: asyncio.Future[Bounds] | None = None
+    #: FETCH read-ahead: the next auto-ack batch, read while the client takes in the current one, and the
+    #: (max_events, byte_budget) it was read for. Only a FETCH asking the same serves it; anything else drops it.
+    _next: asyncio.Task[tuple[Bounds, list[StoredEntry], bytes] | None] | None = None
+    _next_for: tuple[int, int] = (0, 0)
+    _next_wanted: tuple[int, int] | None = None
 
     # -- pending writes -------------------------------------------------------------------------------------------
 
@@ -168,6 +173,11 @@ class SessionQueue:
 
     async def _call(self, function: object, *args: object) -> object:
         """A store call of this session, which first writes what is pending."""
+        if self._next is not None:
+            await self._take_next()  # dropped: this call reads the queue again
+        return await self._store_call(function, *args)
+
+    async def _store_call(self, function: object, *args: object) -> object:
         if self.stale:
             raise StaleSession
         await self.settle()
@@ -182,7 +192,16 @@ class SessionQueue:
             raise
 
     def schedule_sync(self) -> None:
-        """Writes pending deliveries soon (after the reply went out), coalescing those that come meanwhile."""
+        """Writes pending deliveries soon (after the reply went out), coalescing those that come meanwhile.
+
+        After an auto-ack FETCH that left entries in the queue, the write goes with reading the next batch at once
+        (:meth:`_read_next`): the client's next FETCH then finds its batch ready instead of waiting for the store.
+        """
+        wanted, self._next_wanted = self._next_wanted, None
+        if wanted is not None and self._next is None and not self.stale:
+            self._next_for = wanted
+            self._next = asyncio.get_running_loop().create_task(self._read_next(*wanted))
+            return
         if self._dirty and not self.stale and (self._sync_task is None or self._sync_task.done()):
             self._sync_task = asyncio.get_running_loop().create_task(self._sync_loop())
 
@@ -207,6 +226,26 @@ class SessionQueue:
                 continue
             self._apply(bounds)
 
+    async def _read_next(self, max_events: int, byte_budget: int) -> tuple[Bounds, list[StoredEntry], bytes] | None:
+        """The FETCH read-ahead (writing what is pending first, as every store call does); None if it failed."""
+        try:
+            return await self._store_call(_fetch, 0, None, max_events, byte_budget)  # type: ignore[return-value]
+        except StaleSession:
+            return None  # the session is marked stale: its next request gets 0xFB
+        except (DatabaseError, RuntimeError) as exc:  # RuntimeError: store threads shut down
+            log.info("client %d: FETCH read-ahead failed (%s); the next FETCH reads again", self.client_id, exc)
+            return None
+
+    async def _take_next(self) -> tuple[Bounds, list[StoredEntry], bytes] | None:
+        """Waits for the FETCH read-ahead and removes it; its bounds are applied, its entries are the caller's."""
+        task, self._next = self._next, None
+        if task is None:
+            return None
+        result = await asyncio.shield(task)
+        if result is not None:
+            self._apply(result[0])
+        return result
+
     async def settle(self) -> None:
         """Waits for the write in flight, if any.
 
@@ -219,6 +258,8 @@ class SessionQueue:
 
     async def flush(self) -> None:
         """Writes everything pending now (the session ends)."""
+        self._next_wanted = None
+        await self._take_next()  # an unsent read-ahead changes nothing: those entries are still the queue's
         await self.settle()
         if self._dirty and not self.stale:
             pending = self._take_pending()
@@ -226,10 +267,6 @@ class SessionQueue:
                 await self.threads.run(_sync, self.client_id, self.token, pending)
             except StaleSession:
                 self.stale = True
-
-    def forget_read_ahead(self) -> None:
-        """The next POLL reads the store (which checks the token) instead of serving from memory."""
-        self._ahead.clear()
 
     def forget_read_ahead(self) -> None:
         """The next POLL reads the store (which checks the token) instead of serving from memory."""
@@ -259,10 +296,21 @@ class SessionQueue:
     async def fetch(self, max_events: int, manual_ack: bool, ack_upto: int, byte_budget: int) -> Delivery | None:
         """A FETCH batch (after acknowledging up to ``ack_upto``); None when nothing is pending."""
         self._ahead.clear()  # FETCH reads its own batch: a POLL read-ahead would only go stale
-        cursor = self.delivered if manual_ack else None
-        result = await self._call(_fetch, ack_upto, cursor, max_events, byte_budget)
-        bounds, entries, frame = result  # type: ignore[misc]
-        self._apply(bounds)
+        self._next_wanted = None
+        result = None
+        if self._next is not None:
+            same = not manual_ack and not ack_upto and self._next_for == (max_events, byte_budget)
+            result = await self._take_next()
+            # An empty read-ahead is read again: a long-poll must see the commits since, and it takes the notifier's
+            # generation before this call.
+            # (Or the store's head moved past it meanwhile: read again too.)
+            if not same or result is None or not result[1] or result[1][0].seq <= self.acked:
+                result = None
+        if result is None:
+            cursor = self.delivered if manual_ack else None
+            result = await self._call(_fetch, ack_upto, cursor, max_events, byte_budget)  # type: ignore[assignment]
+            self._apply(result[0])  # type: ignore[index]
+        _, entries, frame = result  # type: ignore[misc]
         if not entries:
             return None
         top = entries[-1].seq
@@ -271,7 +319,10 @@ class SessionQueue:
         self.delivered = max(self.delivered, top)
         self._served += len(entries)
         self._dirty = True
-        return Delivery(entries, frame, max(0, self.last - top))
+        left = max(0, self.last - top)
+        if not manual_ack and left:
+            self._next_wanted = (max_events, byte_budget)  # read at once after the reply (schedule_sync)
+        return Delivery(entries, frame, left)
 
     async def ack(self, seq: int) -> tuple[int, int]:
         """ACK: (acked_seq after it, entries it removed)."""
