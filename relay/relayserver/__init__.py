@@ -23,7 +23,9 @@ Delivery semantics:
   it (0xFB otherwise), and every store write of a session checks it, so a session replaced by a newer AUTH in
   another relay process gets 0xFB on its next request. In this process the older connection is closed at once.
 * The read-ahead may serve an entry the worker's unqueue-oldest policy dropped a moment before (at most one
-  read-ahead of 128 entries); it never skips an entry the policy kept.
+  read-ahead of 128 entries for POLL, one batch for auto-ack FETCH); it never skips an entry the policy kept.
+  An auto-ack FETCH that left entries queued reads the next batch right after its reply (with the write-behind
+  of that reply); the next FETCH of the same size serves it, any other request reads the queue again.
 """
 
 from relay.relayserver.server import RelayServer, ServerOptions, serve
