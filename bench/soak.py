@@ -638,13 +638,17 @@ class Soak:
         if active is None:
             self.start_worker()
             return
-        standby = [w for w in self.workers if w is not active and w.alive()]
         active.kill()
         killed = time.monotonic()
         self.start_worker()  # the next standby
-        if standby:
-            wait_until(lambda: self.active_worker() is standby[0], 60, "the standby to take over")
-            self.result.takeovers.append(time.monotonic() - killed)
+        # The waiting standby takes over, normally; the one just started may win the lock if it comes free late.
+        successor = wait_until(
+            lambda: (worker := self.active_worker()) is not None and worker is not active and worker,
+            60,
+            "a standby to take over",
+        )
+        self.result.takeovers.append(time.monotonic() - killed)
+        self.log(f"worker {active.pid} killed: worker {successor.pid} took over in {self.result.takeovers[-1]:.1f}s")
 
     def kill_relay(self) -> None:
         port = self.rng.choice(sorted(self.relays))
