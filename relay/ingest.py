@@ -48,7 +48,32 @@ class _Queue:
     last: int
     max_queue: int
     discarded: int = 0
-    entries: list[tuple[int, int]] = field(default_factory=list)  # (seq, index of the change in the batch)
+    # Runs [first seq, first index in the batch's stored changes, count]: built as entries are added, so a client
+    # that gets every stored change holds one run for the whole batch.
+    runs: list[list[int]] = field(default_factory=list)
+
+    def add(self, stored_index: int) -> None:
+        self.last += 1
+        runs = self.runs
+        if runs:
+            run = runs[-1]
+            if run[0] + run[2] == self.last and run[1] + run[2] == stored_index and run[2] < MAX_RUN:
+                run[2] += 1
+                return
+        runs.append([self.last, stored_index, 1])
+
+    def drop_consumed(self) -> bool:
+        """Cuts what the unqueue-oldest policy dropped within this batch; True if anything was cut."""
+        cut = False
+        while self.runs and self.runs[0][0] <= self.acked:
+            first_seq, first_index, count = self.runs[0]
+            skip = self.acked - first_seq + 1
+            if skip >= count:
+                self.runs.pop(0)
+            else:
+                self.runs[0] = [first_seq + skip, first_index + skip, count - skip]
+            cut = True
+        return cut
 
 
 @dataclass(frozen=True)
@@ -90,6 +115,7 @@ class Ingestor:
             if not subscriptions:
                 continue
             kept = False
+            stored_index = len(stored)
             for sub in subscriptions:
                 queue = queues[sub.client_id]
                 size = queue.last - queue.acked
@@ -101,8 +127,7 @@ class Ingestor:
                     elif sub.discard_policy == 2:  # ignore newest
                         queue.discarded += 1
                         continue
-                queue.last += 1
-                queue.entries.append((queue.last, position))
+                queue.add(stored_index)
                 kept = True
                 if queue.last - queue.acked > queue.max_queue:
                     queue.max_queue = queue.last - queue.acked
@@ -152,19 +177,23 @@ class Ingestor:
     def _write_queues(self, changes: Sequence, queues: dict[int, _Queue], stored: list[int]) -> int:
         # An entry the unqueue-oldest policy dropped within this same batch is never written, nor is a change that
         # only such entries pointed at.
-        live: set[int] = set()
-        for queue in queues.values():
-            if queue.entries and queue.entries[0][0] <= queue.acked:
-                queue.entries = [entry for entry in queue.entries if entry[0] > queue.acked]
-            live.update(position for _, position in queue.entries)
-        kept = [position for position in stored if position in live]
-        change_ids: dict[int, int] = {}
-        if kept:
-            first = bulk.allocate_ids(Change._meta.db_table, len(kept))
+        trimmed = [queue.drop_consumed() for queue in queues.values()]
+        if any(trimmed):
+            live = sorted(
+                {
+                    index
+                    for queue in queues.values()
+                    for _, start, count in queue.runs
+                    for index in range(start, start + count)
+                }
+            )
+        else:
+            live = range(len(stored))  # every stored change is in some queue
+        first = bulk.allocate_ids(Change._meta.db_table, len(live)) if live else 0
+        if live:
             rows = []
-            for offset, position in enumerate(kept):
-                change = changes[position]
-                change_ids[position] = first + offset
+            for offset, index in enumerate(live):
+                change = changes[stored[index]]
                 rows.append(
                     (
                         first + offset,
@@ -196,16 +225,32 @@ class Ingestor:
                 rows,
                 kinds="issisiiiss",
             )
-        entry_rows = [
-            run
-            for client_id, queue in queues.items()
-            for run in entry_runs(client_id, [(seq, change_ids[position]) for seq, position in queue.entries])
-        ]
+        if any(trimmed):
+            # Some stored changes were dropped: change ids are no longer the stored index plus ``first``.
+            change_id = {index: first + offset for offset, index in enumerate(live)}
+            entry_rows = [
+                run
+                for client_id, queue in queues.items()
+                for run in entry_runs(
+                    client_id,
+                    [
+                        (seq + step, change_id[index + step])
+                        for seq, index, count in queue.runs
+                        for step in range(count)
+                    ],
+                )
+            ]
+        else:
+            entry_rows = [
+                (client_id, seq, count, first + index)
+                for client_id, queue in queues.items()
+                for seq, index, count in queue.runs
+            ]
         bulk.insert_rows(
             QueueEntry._meta.db_table, ("client_id", "seq", "count", "change_id"), entry_rows, kinds="iiii"
         )
         for client_id, queue in queues.items():
-            if not queue.entries and not queue.discarded:
+            if not queue.runs and not queue.discarded:
                 continue
             QueueState.objects.filter(client_id=client_id).update(
                 last_seq=queue.last, discarded=F("discarded") + queue.discarded, max_queue=queue.max_queue
