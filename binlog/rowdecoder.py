@@ -126,6 +126,7 @@ _GLOBALS: dict[str, object] = {
     "DT2T": _values.DATETIME2_TIME,
     "T2": _values.TIME2_SECONDS,
     **{f"FR{fsp}": memo for fsp, memo in _values.FRACTIONS.items()},
+    **{f"DT2B{fsp}": memo for fsp, memo in _values.DATETIME2_BYTES.items()},
 }
 
 
@@ -185,11 +186,6 @@ def fixed_size(column: ColumnInfo) -> int | None:
     }.get(t)
 
 
-# repr() of a double x is already MySQL's text when it has no exponent and |x| < 1e15 (repr switches to exponents
-# only at 1e16, MySQL at 1e15), but for the ".0" of integral values; the rest takes the full path.
-_DOUBLE_TEXT = "(r[:-2] if r[-2:] == '.0' else r) if -1e15 < x < 1e15 and 'e' not in r else _double(x)"
-
-
 def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     """(statements, expression) reading a fixed-size value that starts ``off`` bytes after ``p``."""
 
@@ -209,7 +205,7 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     if t == MYSQL_TYPE_NEWDECIMAL:
         return _decimal(b, meta >> 8, meta & 0xFF, at(0))
     if t == MYSQL_TYPE_DOUBLE:
-        return [f"x = {b.unpacker('d')}(buf, {at(0)})[0]; r = repr(x)"], _DOUBLE_TEXT
+        return [], f"_double({b.unpacker('d')}(buf, {at(0)})[0])"
     if t == MYSQL_TYPE_YEAR:
         return [], f"YEAR[buf[{at(0)}]]"
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
@@ -223,17 +219,8 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
             "DAY[n // 86400] + SOD[n % 86400] if n else '0000-00-00 00:00:00'"
         )
     if t == MYSQL_TYPE_DATETIME2:
-        # Valid DATETIME2 values are never negative: the date and time halves go through their memos.
-        fraction = {
-            0: "",
-            1: f" + FR1[buf[{at(5)}] * 10000]",
-            2: f" + FR2[buf[{at(5)}] * 10000]",
-            3: f" + FR3[(buf[{at(5)}] << 8 | buf[{at(6)}]) * 100]",
-            4: f" + FR4[(buf[{at(5)}] << 8 | buf[{at(6)}]) * 100]",
-            5: f" + FR5[_from(buf[{at(5)}:{at(8)}], 'big')]",
-            6: f" + FR6[_from(buf[{at(5)}:{at(8)}], 'big')]",
-        }[meta]
-        return [f"n = _from(buf[{at(0)}:{at(5)}], 'big') - 549755813888"], f"DT2D[n >> 17] + DT2T[n & 131071]{fraction}"
+        # By the stored bytes: datetimes repeat (both images of an UPDATE, rows written in the same second).
+        return [], f"DT2B{meta}[buf[{at(0)}:{at(5 + (meta + 1) // 2)}]]"
     if t == MYSQL_TYPE_DATETIME:
         return [], f"_dtold({b.unpacker('Q')}(buf, {at(0)})[0])"
     if t == MYSQL_TYPE_TIME:
@@ -375,7 +362,7 @@ def _from_number(column: ColumnInfo, var: str) -> list[str]:
     if column.type_code == MYSQL_TYPE_FLOAT:
         return [f"{var} = _float({var})"]
     if column.type_code == MYSQL_TYPE_DOUBLE:
-        return [f"x = {var}; r = repr(x); {var} = {_DOUBLE_TEXT}"]
+        return [f"{var} = _double({var})"]
     if column.type_code == MYSQL_TYPE_INT24:
         return [f"{var} = str({var} | h{var} << 16)"]
     return [f"{var} = str({var})"]

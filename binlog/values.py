@@ -48,8 +48,12 @@ def _digits_of(text: str) -> tuple[bool, str, int]:
     return negative, digits, decpt
 
 
+@lru_cache(maxsize=131072)
 def format_double(value: float) -> str:
-    """DOUBLE as the shortest text that reads back to the same double, in MariaDB's notation."""
+    """DOUBLE as the shortest text that reads back to the same double, in MariaDB's notation.
+
+    Cached: finding the shortest digits is the costly part, and values repeat (the two images of an UPDATE).
+    """
     text = repr(value)
     if "e" not in text and -1e15 < value < 1e15:
         # repr already has the shortest digits in fixed notation (it uses it for 1e-4 <= |x| < 1e16).
@@ -271,6 +275,15 @@ DATETIME2_TIME = tuple(  # hour << 12 | minute << 6 | second → "hh:mm:ss" (the
     for hms in range(24 << 12)
 )
 TIME2_SECONDS = Memo(_time2_text)
+
+
+def _datetime2_from_bytes(raw: bytes, fsp: int) -> str:
+    packed = int.from_bytes(raw[:5], "big") - 0x8000000000
+    return datetime2_text(packed, frac_usec(raw, 5, fsp) if fsp else 0, fsp)
+
+
+# Whole DATETIME2 values by their stored bytes (one memo per precision: equal lengths, different layouts).
+DATETIME2_BYTES = {fsp: Memo(lambda raw, fsp=fsp: _datetime2_from_bytes(raw, fsp)) for fsp in range(7)}
 FRACTIONS = {fsp: Memo(lambda usec, fsp=fsp: "." + f"{usec:06d}"[:fsp]) for fsp in range(1, 7)}
 
 
