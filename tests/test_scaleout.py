@@ -65,19 +65,23 @@ def refused_or_closed(client: RawClient, command: int, payload: bytes = b"") -> 
     return result == Result.BAD_SESSION
 
 
-def test_the_newest_session_wins_across_relay_processes() -> None:
+@pytest.mark.parametrize("command", [Command.POLL, Command.FETCH])
+def test_the_newest_session_wins_across_relay_processes(command: Command) -> None:
     (_a, port_a), (_b, port_b) = start_relay(), start_relay()
     old = raw_auth(port_a, "mover")
     enqueue(old.client_id, [{"id": str(i)} for i in range(1, 201)])
-    result, _ = old.request(Command.POLL)  # the session on A now holds a read-ahead of the queue in memory
+    # One event with auto-ack: the session on A then holds a read-ahead of the queue in memory (POLL's next 128
+    # entries; FETCH's next batch, read while the client takes in this one).
+    payload = encode_fetch(1, 0) if command == Command.FETCH else b""
+    result, _ = old.request(command, payload)
     assert result == Result.OK
     time.sleep(0.1)  # the delivery is written behind the reply
     new = raw_auth(port_b, "mover")
     assert new.client_id == old.client_id and new.token != old.token
     if connection.vendor == "postgresql":
-        # The AUTH on B is announced at its commit (NOTIFY): A's next request is refused at once, even a POLL that
-        # A could have served from its read-ahead.
-        assert refused_or_closed(old, Command.POLL)
+        # The AUTH on B is announced at its commit (NOTIFY): A's next request is refused at once, even one that A
+        # could have served from its read-ahead.
+        assert refused_or_closed(old, command, payload)
     else:
         # SQLite has no notification: A compares its sessions' tokens with the store every 0.2 s; until then a POLL
         # may still be served from the read-ahead (at-least-once: the new session gets that event as well).

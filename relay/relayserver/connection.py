@@ -228,6 +228,7 @@ class Connection:
         return poll_reply(delivery.payload)
 
     async def _fetch(self, session: SessionQueue, request: FetchRequest) -> bytes:
+        self.server.notifier.pending()  # as for POLL: an auto-ack FETCH may be served from its read-ahead
         loop = self.server.loop
         deadline = loop.time() + request.wait_ms / 1000
         ack_upto = request.ack_upto

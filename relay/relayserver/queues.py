@@ -269,8 +269,10 @@ class SessionQueue:
                 self.stale = True
 
     def forget_read_ahead(self) -> None:
-        """The next POLL reads the store (which checks the token) instead of serving from memory."""
+        """The next POLL or FETCH reads the store (which checks the token) instead of serving from memory: a newer
+        session of this client was announced."""
         self._ahead.clear()
+        self._next_for = (-1, -1)  # no FETCH asks for this: the FETCH read-ahead in flight, if any, is dropped
 
     # -- commands -------------------------------------------------------------------------------------------------
 
