@@ -99,6 +99,7 @@ def _uncompress(data: bytes) -> bytes:
 _GLOBALS: dict[str, object] = {
     "NP": NOT_PRESENT,
     "RC": RowChange,
+    "NEW": object.__new__,
     "_float": _values.format_float,
     "_double": _values.format_double,
     "_date": _values.date_text,
@@ -533,13 +534,19 @@ def _generate_rows(columns: tuple[ColumnInfo, ...], kind: int, present: int, pre
     if kind == KIND_UPDATE:
         b.lines.append(f"        before = {first}")
         after = _emit_image(b, columns, present_after, "        ", "after" if same_columns else "")
-        images = f"before, {after}"
+        before_text, after_text = "before", after
     elif kind == KIND_DELETE:
-        images = f"{first}, None"
+        before_text, after_text = first, "None"
     else:
-        images = f"None, {first}"
+        before_text, after_text = "None", first
+    # RowChange filled slot by slot: cheaper than a call to its __init__ for every row.
     b.lines += [
-        f"        append(RC(schema, table, {kind}, names, {images}, file, pos, row, timestamp, gtid, info))",
+        "        c = NEW(RC)",
+        "        c.schema = schema; c.table = table; c.kind = " + str(kind) + "; c.columns = names",
+        f"        c.before = {before_text}",
+        f"        c.after = {after_text}",
+        "        c.file = file; c.pos = pos; c.row = row; c.timestamp = timestamp; c.gtid = gtid; c.table_info = info",
+        "        append(c)",
         "        row += 1",
         "    return out, p",
     ]

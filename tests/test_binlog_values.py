@@ -55,3 +55,18 @@ def test_changes_pickle_for_spark_tasks() -> None:
     assert copy == trx
     assert copy.changes[0].before[1] is NOT_PRESENT
     assert copy.changes[0].table_info == info and copy.changes[0].as_dict("after") == {"id": "1", "b": b"\x00"}
+
+
+def test_generated_decoders_fill_every_row_change_slot() -> None:
+    from binlog.constants import KIND_UPDATE
+    from binlog.rowdecoder import build_rows_decoder
+
+    info = TableInfo("s", "t", (ColumnInfo("id", 3, "int", nullable=False), ColumnInfo("v", 15, "varchar(5)", meta=5)))
+    row = b"\x00" + struct.pack("<i", 5) + b"\x02ab"
+    decode = build_rows_decoder(info.columns, KIND_UPDATE, 0b11, 0b11)
+    changes, end = decode(row + row, 0, 2 * len(row), "s", "t", info.names, "f", 9, 7, "g", info, 0)
+    assert end == 2 * len(row)
+    (change,) = changes
+    for slot in RowChange.__slots__:
+        getattr(change, slot)  # raises AttributeError if the generated code left a slot unset
+    assert change == RowChange("s", "t", 2, ("id", "v"), ("5", "ab"), ("5", "ab"), "f", 9, 0, 7, "g", info)
