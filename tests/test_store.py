@@ -182,3 +182,33 @@ def test_runs_of_entries_read_collect_and_expand_like_single_ones() -> None:
     store.collect_garbage()
     assert list(QueueEntry.objects.filter(client_id=session.client_id).values_list("seq", flat=True)) == [4]
     assert set(Change.objects.values_list("id", flat=True)) == {ids[5], ids[6]}
+
+
+def test_read_entries_matches_the_runs_for_every_window() -> None:
+    from relay.ingest import entry_runs
+
+    session = store.open_session("windows")
+    ids = [
+        Change.objects.create(
+            schema_name="s",
+            table_name="t",
+            kind=1,
+            binlog_file="b",
+            binlog_pos=i,
+            row_index=0,
+            timestamp=0,
+            data=rowcodec.encode(["id"], None, [str(i)]),
+        ).id
+        for i in range(12)
+    ]
+    # Runs of several lengths, single entries with sparse change ids, and one change missing (a gap).
+    pairs = [(seq, ids[k]) for seq, k in enumerate([0, 1, 2, 4, 6, 7, 8, 10, 11], start=1)]
+    for client_id, seq, count, change_id in entry_runs(session.client_id, pairs):
+        QueueEntry.objects.create(client_id=client_id, seq=seq, count=count, change_id=change_id)
+    QueueState.objects.filter(client_id=session.client_id).update(last_seq=len(pairs))
+    Change.objects.filter(id=ids[7]).delete()
+    for after in range(len(pairs) + 1):
+        for limit in (1, 2, 3, 5, 100):
+            expected = [(seq, ids.index(cid)) for seq, cid in pairs[after : after + limit] if cid != ids[7]]
+            read = store.read_entries(session.client_id, after, limit)
+            assert [(entry.seq, entry.binlog_pos) for entry in read] == expected, (after, limit)
