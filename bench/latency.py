@@ -132,6 +132,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--batch-ms", type=int, default=10)
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=0,
+        help="consumed queue entries left in the store beforehand (what bench/serve.py's throughput runs leave)",
+    )
     args = parser.parse_args()
 
     import serve as bench
@@ -165,6 +171,14 @@ def main() -> int:
     timings = workdir / "worker-timings.json"
     try:
         bench.wait_port(port, relay, log)
+        if args.backlog:
+            from relay import store
+            from relay.models import Client as ClientRow
+
+            backlog = store.open_session("bench-backlog")
+            bench.fill([backlog.client_id], args.backlog)
+            # Consumed, as a FETCH leaves them: the entries and their changes wait for the garbage collector.
+            ClientRow.objects.filter(id=backlog.client_id).update(acked_seq=args.backlog, delivered_seq=args.backlog)
         source.execute("CREATE DATABASE bench", "CREATE TABLE bench.events (id INT PRIMARY KEY, v VARCHAR(40))")
         file, pos = source.binlog_position()
         repl = source.replication_settings()
@@ -247,7 +261,7 @@ def main() -> int:
     print(
         f"commit-to-client latency by stage: {len(stages['all'])} of {len(committed)} rows, "
         f"{len(sizes)} batches (median {statistics.median(sizes) if sizes else 0} rows), "
-        f"--batch-ms {args.batch_ms}, load {load_before:.2f} -> {os.getloadavg()[0]:.2f}"
+        f"--batch-ms {args.batch_ms}, backlog {args.backlog:,}, load {load_before:.2f} -> {os.getloadavg()[0]:.2f}"
     )
     labels = {
         "source": "source COMMIT -> worker reader thread",
