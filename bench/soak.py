@@ -143,7 +143,10 @@ def run_client(args: argparse.Namespace) -> int:
     client: RelayClient | None = None
     ready = False
     last = acked = 0
+    parent = os.getppid()
     while not stop.is_set():
+        if os.getppid() != parent:
+            break  # the soak itself died: do not outlive it
         try:
             if client is None:
                 client = RelayClient(
