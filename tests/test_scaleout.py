@@ -77,21 +77,21 @@ def test_the_newest_session_wins_across_relay_processes(command: Command) -> Non
     assert result == Result.OK
     time.sleep(0.1)  # the delivery is written behind the reply
     new = raw_auth(port_b, "mover")
+    authed = time.monotonic()
     assert new.client_id == old.client_id and new.token != old.token
-    if connection.vendor == "postgresql":
-        # The AUTH on B is announced at its commit (NOTIFY): A's next request is refused at once, even one that A
-        # could have served from its read-ahead.
-        assert refused_or_closed(old, command, payload)
-    else:
-        # SQLite has no notification: A compares its sessions' tokens with the store every 0.2 s; until then a POLL
-        # may still be served from the read-ahead (at-least-once: the new session gets that event as well).
-        wait_for(lambda: old.closed_by_peer(timeout=0.05), timeout=5, message="A closing the replaced session")
-    assert old.closed_by_peer(timeout=5)  # and A closes it
+    # A closes the replaced connection: on PostgreSQL as soon as the AUTH's announcement (NOTIFY at its commit)
+    # reaches it, and a request it handles after that gets 0xFB even if its read-ahead could serve it; on SQLite,
+    # which has no notification, at A's next token sweep (every 0.2 s). A request that raced the announcement may
+    # have been served from the read-ahead: at-least-once, the new session gets that event as well.
+    assert old.closed_by_peer(timeout=5)
+    limit = 1.0 if connection.vendor == "postgresql" else 2.0  # milliseconds and 0.2 s, with room for a busy machine
+    assert time.monotonic() - authed < limit
+    assert refused_or_closed(old, command, payload)
     # The new session starts after what A delivered (or on it, were A's write not done): nothing is skipped.
     result, payload = new.request(Command.FETCH, encode_fetch(500, 0))
     assert result == Result.OK
     seqs = [event.seq for event in decode_fetch_reply(payload).events]
-    assert seqs == list(range(2, 201))
+    assert seqs[0] in (1, 2) and seqs == list(range(seqs[0], 201))
     client = Client.objects.get(name="mover")
     assert client.connected and client.token == new.token
 
