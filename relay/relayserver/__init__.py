@@ -22,10 +22,11 @@ Delivery semantics:
 * A session is (ClientID, token). Each AUTH issues a new token; every later request on the connection must carry
   it (0xFB otherwise), and every store write of a session checks it. Several relay processes may serve one
   store: each AUTH is announced at its commit (PostgreSQL ``NOTIFY relay_sessions``), and the process holding an
-  older connection of that client drops its read-ahead, so that connection's next request gets 0xFB, and closes it
-  once the store confirms the newer token (a late notification never closes a newer session). Each process also
-  compares its sessions' tokens with the store every 2 s (0.2 s on SQLite, which has no notification; until then
-  a replaced POLL session may serve from its read-ahead what the new session gets again: at-least-once).
+  older connection of that client drops its read-ahead on hearing it (milliseconds), so that connection's next
+  request gets 0xFB, and closes it once the store confirms the newer token (a late notification never closes a
+  newer session). Each process also compares its sessions' tokens with the store every 2 s (0.2 s on SQLite,
+  which has no notification). Until then a replaced session may serve from its read-ahead what the new session
+  gets again: at-least-once.
 * The read-ahead may serve an entry the worker's unqueue-oldest policy dropped a moment before (at most one
   read-ahead of 128 entries for POLL, one batch for auto-ack FETCH); it never skips an entry the policy kept.
   An auto-ack FETCH that left entries queued reads the next batch right after its reply (with the write-behind
