@@ -379,6 +379,8 @@ class EventDecoder:
             query = _uncompress_block(query.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
         keyword = _statement_keyword(query)
         if keyword == "BEGIN" or (keyword == "XA" and query.split()[1:2] in (["START"], ["BEGIN"])):
+            if self.changes:
+                self._start_open(timestamp)  # the previous transaction never committed: drop its changes
             if not self.in_transaction:
                 self.trx_timestamp = self.trx_timestamp or timestamp
             self.in_transaction = True

@@ -363,3 +363,17 @@ def test_partial_json_and_compressed_payload_are_refused() -> None:
         decoder.feed(make_event(39, b"\0" * 12, log_pos=200))
     with pytest.raises(BinlogError, match="binlog_transaction_compression"):
         decoder.feed(make_event(40, b"\0" * 12, log_pos=300))
+
+
+def test_a_transaction_without_commit_is_dropped_not_merged(caplog: pytest.LogCaptureFixture) -> None:
+    """A source that crashed mid-write leaves a transaction without its commit; the next BEGIN starts afresh."""
+    feeder = Feeder(EventDecoder(FixedSchema({("test", "t10"): T10})))
+    feeder.event(FORMAT_DESCRIPTION_EVENT, fde_body("5.7.30-log"))
+    for rows in ("mysql_rows_v2_t10_null_json", "mysql_rows_v2_t10_object"):
+        feeder.event(QUERY_EVENT, query_body("BEGIN"))
+        feeder.event(TABLE_MAP_EVENT, CAPTURED["mysql_table_map_t10_json_decimal"])
+        feeder.event(WRITE_ROWS_EVENT_V2, CAPTURED[rows])
+    feeder.event(XID_EVENT, struct.pack("<Q", 3))
+    (trx,) = feeder.transactions
+    assert [c.after[0] for c in trx.changes] == ['{"key1":"value1","key2":"value2"}']
+    assert "had no commit event; dropping 1 changes" in caplog.text
