@@ -117,6 +117,9 @@ _GLOBALS: dict[str, object] = {
     "_uncompress": _uncompress,
     "_from": int.from_bytes,
     "_tsf": _values.timestamp_fast,
+    "_dth": _values.datetime_hires_text,
+    "_tmh": _values.time_hires_text,
+    "_tsh": _values.timestamp_hires_text,
     "DAY": _values.DAY_TEXT,
     "SOD": _values.SECONDS_OF_DAY,
     "SB": _values.SIGNED_BYTE,
@@ -174,11 +177,11 @@ def fixed_size(column: ColumnInfo) -> int | None:
         MYSQL_TYPE_YEAR: 1,
         MYSQL_TYPE_DATE: 3,
         MYSQL_TYPE_NEWDATE: 3,
-        MYSQL_TYPE_TIMESTAMP: 4,
+        MYSQL_TYPE_TIMESTAMP: 4 + _values.SEC_PART_BYTES[meta],
         MYSQL_TYPE_TIMESTAMP2: 4 + (meta + 1) // 2,
         MYSQL_TYPE_DATETIME2: 5 + (meta + 1) // 2,
-        MYSQL_TYPE_DATETIME: 8,
-        MYSQL_TYPE_TIME: 3,
+        MYSQL_TYPE_DATETIME: _values.DATETIME_HIRES_BYTES[meta],
+        MYSQL_TYPE_TIME: _values.TIME_HIRES_BYTES[meta],
         MYSQL_TYPE_TIME2: 3 + (meta + 1) // 2,
         MYSQL_TYPE_BIT: ((meta & 0xFF) * 8 + (meta >> 8) + 7) // 8,
         MYSQL_TYPE_ENUM: meta,
@@ -212,6 +215,8 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
         return [], f"DATE[buf[{at(0)}:{at(3)}]]"
     if t == MYSQL_TYPE_TIMESTAMP:
+        if meta:  # MariaDB hires (precision from information_schema)
+            return [], f"_tsh(buf, {at(0)}, {meta})"
         return [], f"_tsf({b.unpacker('I')}(buf, {at(0)})[0])"
     if t == MYSQL_TYPE_TIMESTAMP2:
         if meta:
@@ -223,8 +228,12 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
         # By the stored bytes: datetimes repeat (both images of an UPDATE, rows written in the same second).
         return [], f"DT2B{meta}[buf[{at(0)}:{at(5 + (meta + 1) // 2)}]]"
     if t == MYSQL_TYPE_DATETIME:
+        if meta:
+            return [], f"_dth(buf, {at(0)}, {meta})"
         return [], f"_dtold({b.unpacker('Q')}(buf, {at(0)})[0])"
     if t == MYSQL_TYPE_TIME:
+        if meta:
+            return [], f"_tmh(buf, {at(0)}, {meta})"
         return [], f"_tmold(_from(buf[{at(0)}:{at(3)}], 'little', signed=True))"
     if t == MYSQL_TYPE_TIME2:
         if meta == 0:

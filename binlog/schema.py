@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from binlog.constants import (
+    MYSQL_TYPE_DATETIME,
     MYSQL_TYPE_ENUM,
     MYSQL_TYPE_GEOMETRY,
     MYSQL_TYPE_JSON,
     MYSQL_TYPE_SET,
+    MYSQL_TYPE_TIME,
+    MYSQL_TYPE_TIMESTAMP,
 )
 from binlog.table import BLOB_TYPES, NUMERIC_TYPES, STRING_TYPES, ColumnInfo, TableInfo, derived_type_name
 from binlog.table import parse_enum_labels as _labels
@@ -147,6 +150,18 @@ def _schema_charset(column: SchemaColumn) -> str:
     return "utf8mb4" if column.data_type in _TEXT_DATA_TYPES else "binary"
 
 
+_OLD_TEMPORAL = frozenset({MYSQL_TYPE_DATETIME, MYSQL_TYPE_TIMESTAMP, MYSQL_TYPE_TIME})
+
+
+def _precision(column_type: str) -> int:
+    """The fractional-seconds precision in a COLUMN_TYPE such as "datetime(3)" (0 when none)."""
+    start = column_type.find("(")
+    if start < 0:
+        return 0
+    digits = column_type[start + 1 : column_type.find(")", start)]
+    return min(int(digits), 6) if digits.isdigit() else 0
+
+
 class TableResolver:
     """Turns TABLE_MAP events into TableInfo, asking the provider for what the optional metadata lacks."""
 
@@ -180,6 +195,7 @@ class TableResolver:
             or (charsets is None and any(t in STRING_TYPES or t in BLOB_TYPES for t in tm.types))
             or any(t == MYSQL_TYPE_ENUM and i not in enum_values for i, t in enumerate(tm.types))
             or any(t == MYSQL_TYPE_SET and i not in set_values for i, t in enumerate(tm.types))
+            or any(t in _OLD_TEMPORAL for t in tm.types)  # their precision is never in the binlog
         )
         st = self._schema_table(tm) if needs_schema else None
         if names is None and st is None:
@@ -214,6 +230,10 @@ class TableResolver:
             if sc is not None and t == MYSQL_TYPE_SET and not sets:
                 sets = _labels(sc.column_type)
             is_json = t == MYSQL_TYPE_JSON or (sc is not None and sc.data_type == "json")
+            if t in _OLD_TEMPORAL and meta == 0 and sc is not None:
+                # MariaDB's hires DATETIME/TIMESTAMP/TIME (mysql56_temporal_format=OFF) keep the old type codes and
+                # write no precision: only the schema says how many fractional digits (and bytes) a value has.
+                meta = _precision(sc.column_type)
             type_name = sc.column_type.lower() if sc is not None else derived_type_name(t, meta, is_unsigned, charset)
             columns.append(
                 ColumnInfo(

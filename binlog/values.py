@@ -307,3 +307,48 @@ def set_memo(labels: tuple[str, ...]) -> Memo:
 SIGNED_BYTE = tuple(str(i - 256 if i > 127 else i) for i in range(256))
 UNSIGNED_BYTE = tuple(str(i) for i in range(256))
 YEAR_TEXT = tuple("0000" if i == 0 else str(1900 + i) for i in range(256))
+
+
+# -- MariaDB's pre-10.3 "hires" temporal formats ----------------------------------------------------------------------
+# Tables created with mysql56_temporal_format=OFF keep DATETIME/TIMESTAMP/TIME with fractional seconds in MariaDB's
+# own layouts. The TABLE_MAP gives no precision for them (it comes from information_schema), only the old type codes.
+
+DATETIME_HIRES_BYTES = (8, 6, 6, 7, 7, 7, 8)  # index 0 unused: DATETIME(0) is the old 8-byte decimal form
+TIME_HIRES_BYTES = (3, 4, 4, 5, 5, 5, 6)
+SEC_PART_BYTES = (0, 1, 1, 2, 2, 3, 3)
+_SHIFT = (1000000, 100000, 10000, 1000, 100, 10, 1)
+
+
+def datetime_hires_text(buf: bytes, pos: int, fsp: int) -> str:
+    """Big-endian ((((year*13+month)*32+day)*24+hour)*60+minute)*60+second)*10^6+usec, divided by 10^(6-fsp)."""
+    packed = int.from_bytes(buf[pos : pos + DATETIME_HIRES_BYTES[fsp]], "big") * _SHIFT[fsp]
+    t, usec = divmod(packed, 1000000)
+    t, second = divmod(t, 60)
+    t, minute = divmod(t, 60)
+    t, hour = divmod(t, 24)
+    t, day = divmod(t, 32)
+    year, month = divmod(t, 13)
+    text = f"{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
+    return text + fraction_text(usec, fsp)
+
+
+def time_hires_text(buf: bytes, pos: int, fsp: int) -> str:
+    """Big-endian ((hour*60+minute)*60+second)*10^6+usec divided by 10^(6-fsp), offset by the (shifted) zero point
+    of 839 hours so that negative times sort first."""
+    size = TIME_HIRES_BYTES[fsp]
+    zero = (839 * 3600 * 1000000) // _SHIFT[fsp]
+    packed = (int.from_bytes(buf[pos : pos + size], "big") - zero) * _SHIFT[fsp]
+    sign = ""
+    if packed < 0:
+        sign, packed = "-", -packed
+    t, usec = divmod(packed, 1000000)
+    t, second = divmod(t, 60)
+    hour, minute = divmod(t, 60)
+    return f"{sign}{hour:02d}:{minute:02d}:{second:02d}" + fraction_text(usec, fsp)
+
+
+def timestamp_hires_text(buf: bytes, pos: int, fsp: int) -> str:
+    """4 big-endian bytes of seconds, then the fraction (scaled to fsp digits) in SEC_PART_BYTES[fsp] bytes."""
+    seconds = int.from_bytes(buf[pos : pos + 4], "big")
+    fraction = int.from_bytes(buf[pos + 4 : pos + 4 + SEC_PART_BYTES[fsp]], "big") * _SHIFT[fsp]
+    return timestamp_text(seconds, fraction, fsp)

@@ -326,7 +326,8 @@ def test_type_names_and_signedness_are_described(any_mariadb: MariaDB, fresh_sch
 
 
 def test_old_temporal_formats(any_mariadb: MariaDB, fresh_schema: tuple[MariaDB, str]) -> None:
-    """Tables created with mysql56_temporal_format=OFF keep the pre-5.6 TIME/DATETIME/TIMESTAMP encodings."""
+    """Tables created with mysql56_temporal_format=OFF keep the pre-5.6 TIME/DATETIME/TIMESTAMP encodings, and
+    MariaDB's own "hires" layouts for fractional seconds (whose precision only information_schema knows)."""
     server, schema = fresh_schema
     server.execute("SET GLOBAL mysql56_temporal_format = OFF")
     try:
@@ -334,11 +335,27 @@ def test_old_temporal_formats(any_mariadb: MariaDB, fresh_schema: tuple[MariaDB,
             Column("dt", "DATETIME", ["'1000-01-01 00:00:00'", "'9999-12-31 23:59:59'", "'0000-00-00 00:00:00'"]),
             Column("ts", "TIMESTAMP NULL", ["'1970-01-01 00:00:01'", "'2038-01-19 03:14:07'", "NULL"]),
             Column("tm", "TIME", ["'-838:59:59'", "'838:59:59'", "'-00:00:01'"]),
-        ]
+            *[
+                Column(f"dt{fsp}", f"DATETIME({fsp})", ["'1000-01-01 00:00:00'", "'9999-12-31 23:59:59.999999'",
+                                                        "'2020-01-02 03:04:05.123456'", "'0000-00-00 00:00:00'"])
+                for fsp in range(1, 7)
+            ],
+            *[
+                Column(f"ts{fsp}", f"TIMESTAMP({fsp}) NULL", ["'1970-01-01 00:00:01.5'", "'2038-01-19 03:14:07.999999'",
+                                                              "'2020-01-02 03:04:05.123456'", "NULL"])
+                for fsp in range(1, 7)
+            ],
+            *[
+                Column(f"tm{fsp}", f"TIME({fsp})", ["'-838:59:59'", "'838:59:59'", "'-00:00:01.5'",
+                                                    "'-12:34:56.789012'"])
+                for fsp in range(1, 7)
+            ],
+        ]  # fmt: skip
         changes = run_case(server, schema, columns)
     finally:
         server.execute("SET GLOBAL mysql56_temporal_format = ON")
     assert {c.type_code for c in changes[0].table_info.columns[1:]} == {7, 11, 12}
+    assert changes[0].table_info.columns[4].meta == 1  # dt1: precision from information_schema
 
 
 def test_compressed_columns(any_mariadb: MariaDB, fresh_schema: tuple[MariaDB, str]) -> None:
