@@ -170,6 +170,13 @@ def fixed_size(column: ColumnInfo) -> int | None:
         return _INT_FORMATS[t][0]
     if t == MYSQL_TYPE_NEWDECIMAL:
         return _values.decimal_size(meta >> 8, meta & 0xFF)
+    # The old temporal types: meta is the precision of MariaDB's hires forms (0 for the classic ones).
+    if t == MYSQL_TYPE_TIMESTAMP:
+        return 4 + _values.SEC_PART_BYTES[meta]
+    if t == MYSQL_TYPE_DATETIME:
+        return _values.DATETIME_HIRES_BYTES[meta]
+    if t == MYSQL_TYPE_TIME:
+        return _values.TIME_HIRES_BYTES[meta]
     return {
         MYSQL_TYPE_INT24: 3,
         MYSQL_TYPE_FLOAT: 4,
@@ -177,11 +184,8 @@ def fixed_size(column: ColumnInfo) -> int | None:
         MYSQL_TYPE_YEAR: 1,
         MYSQL_TYPE_DATE: 3,
         MYSQL_TYPE_NEWDATE: 3,
-        MYSQL_TYPE_TIMESTAMP: 4 + _values.SEC_PART_BYTES[meta],
         MYSQL_TYPE_TIMESTAMP2: 4 + (meta + 1) // 2,
         MYSQL_TYPE_DATETIME2: 5 + (meta + 1) // 2,
-        MYSQL_TYPE_DATETIME: _values.DATETIME_HIRES_BYTES[meta],
-        MYSQL_TYPE_TIME: _values.TIME_HIRES_BYTES[meta],
         MYSQL_TYPE_TIME2: 3 + (meta + 1) // 2,
         MYSQL_TYPE_BIT: ((meta & 0xFF) * 8 + (meta >> 8) + 7) // 8,
         MYSQL_TYPE_ENUM: meta,
