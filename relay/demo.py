@@ -57,8 +57,9 @@ def wait_for_port(
 
 
 class Demo:
-    def __init__(self, data_dir: Path, http_port: int, relay_port: int) -> None:
+    def __init__(self, data_dir: Path, http_port: int, relay_port: int, consume: str = "IUD,shop.*") -> None:
         self.data_dir = data_dir
+        self.consume = consume  # the example consumer's filter
         self.http_port = http_port
         self.relay_port = relay_port
         self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -89,6 +90,7 @@ class Demo:
             )
         if not configured.auth_secret:
             self.env["RELAY_SERVER_AUTHSECRET"] = DEMO_SECRET
+        self.secret = configured.auth_secret or DEMO_SECRET
         self.env["RELAY_LOGGER_SCHEMA"] = self.env.get("RELAY_LOGGER_SCHEMA", "shop")
         self.env["RELAY_LOGGER_FORMAT"] = self.env.get("RELAY_LOGGER_FORMAT", "text,json")
         self.manage("migrate", "--noinput", quiet=True)
@@ -147,11 +149,11 @@ class Demo:
                 "--port",
                 str(self.relay_port),
                 "--secret",
-                self.env.get("RELAY_SERVER_AUTHSECRET", DEMO_SECRET),
+                self.secret,
                 "--name",
                 "demo-consumer",
                 "--filter",
-                "IUD,shop.*",
+                self.consume,
             )
 
     # -- traffic --------------------------------------------------------------------------------------------------
@@ -196,7 +198,7 @@ class Demo:
             "",
             "binlog relay demo is running",
             f"  dashboard : http://127.0.0.1:{self.http_port}/   login: admin / {self.password}",
-            f"  relay     : 127.0.0.1:{self.relay_port} (secret {self.env.get('RELAY_SERVER_AUTHSECRET', '?')})",
+            f"  relay     : 127.0.0.1:{self.relay_port} (secret {self.secret})",
             f"  store     : {self.env['DATABASE_URL']}",
             f"  logs      : {self.data_dir}/*.log, change logs in {self.data_dir}/logs",
         ]
@@ -234,9 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--relay-port", type=int, default=0, help="relay protocol port (default: a free one)")
     parser.add_argument("--rate", type=float, default=5.0, help="sample transactions per second")
     parser.add_argument("--seconds", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    parser.add_argument("--consume", default="IUD,shop.*", help="the example consumer's filter (TYPES,SCHEMA.TABLE)")
     args = parser.parse_args(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "relayproject.settings")
-    demo = Demo(args.data_dir.resolve(), args.http_port or free_tcp_port(), args.relay_port or free_tcp_port())
+    demo = Demo(
+        args.data_dir.resolve(), args.http_port or free_tcp_port(), args.relay_port or free_tcp_port(), args.consume
+    )
     interrupted = threading.Event()
 
     def on_signal(_signum: int, _frame: Any) -> None:
