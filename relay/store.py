@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import secrets
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -315,15 +316,22 @@ def _queue_heads() -> list[int]:
     return heads
 
 
-def collect_garbage(batch_size: int = 10_000) -> tuple[int, int]:
+def collect_garbage(batch_size: int = 10_000, max_seconds: float | None = None) -> tuple[int, int]:
     """Deletes consumed queue entries, then the changes no entry points at; each in bounded batches.
 
     Returns (entries deleted, changes deleted). Safe while the worker appends: a change is deleted only when its id
     is below every remaining entry's change and not above the largest id this statement saw committed.
+    ``max_seconds`` stops starting new batches after that long, so that a large backlog is worked off in slices
+    that leave the store to the worker in between.
     """
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+
+    def out_of_time() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
     entries_deleted = 0
     for client_id, acked in Client.objects.values_list("id", "acked_seq"):
-        while True:
+        while not out_of_time():
             ids = list(
                 QueueEntry.objects.filter(client_id=client_id, seq__lte=acked)
                 .annotate(end=F("seq") + F("count") - 1)
@@ -334,7 +342,7 @@ def collect_garbage(batch_size: int = 10_000) -> tuple[int, int]:
                 break
             entries_deleted += QueueEntry.objects.filter(id__in=ids).delete()[0]
     changes_deleted = 0
-    while True:
+    while not out_of_time():
         with transaction.atomic():
             # The newest committed change first: a batch the worker commits after this read has higher ids, so
             # its changes stay whatever the head scan below sees.

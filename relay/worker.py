@@ -336,8 +336,8 @@ class Worker:
     def _flush(self, ingestor: Ingestor, batch: list[Transaction]) -> None:
         with transaction.atomic():
             ingestor.apply(batch)
+            self._report(batch[-1])  # in the batch's transaction: one commit (one WAL flush) per batch
         self.changelog.write(batch)
-        self._report(batch[-1])
 
     def _report(self, last: Transaction) -> None:
         stream = self._stream
@@ -372,7 +372,8 @@ class _GarbageCollector(threading.Thread):
     def run(self) -> None:
         while not self._stop_event.wait(self.interval):
             try:
-                store.collect_garbage()
+                # Small slices: a large backlog must not hold the store (and the worker's commits) for long.
+                store.collect_garbage(batch_size=2_000, max_seconds=0.5)
                 if time.monotonic() - self._last_prune > 600:
                     usage.prune_buckets()
                     self._last_prune = time.monotonic()

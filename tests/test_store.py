@@ -212,3 +212,18 @@ def test_read_entries_matches_the_runs_for_every_window() -> None:
             expected = [(seq, ids.index(cid)) for seq, cid in pairs[after : after + limit] if cid != ids[7]]
             read = store.read_entries(session.client_id, after, limit)
             assert [(entry.seq, entry.binlog_pos) for entry in read] == expected, (after, limit)
+
+
+def test_garbage_collection_works_off_a_backlog_in_time_slices() -> None:
+    session = store.open_session("slices")
+    enqueue(session.client_id, 30)
+    store.fetch(session.client_id, 30, manual_ack=False)
+    assert store.collect_garbage(batch_size=5, max_seconds=-1) == (0, 0)  # no time left: nothing started
+    total = (0, 0)
+    for _ in range(100):
+        step = store.collect_garbage(batch_size=5, max_seconds=0.001)
+        total = (total[0] + step[0], total[1] + step[1])
+        if total == (30, 30):
+            break
+    assert total == (30, 30)
+    assert not Change.objects.exists()
