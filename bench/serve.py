@@ -124,6 +124,7 @@ def _fill(client_ids: list[int], count: int) -> None:
     from django.db import transaction
 
     from relay import bulk, rowcodec
+    from relay.ingest import insert_change_rows
     from relay.models import Change, QueueEntry, QueueState
 
     names = list(ROW)
@@ -134,22 +135,7 @@ def _fill(client_ids: list[int], count: int) -> None:
             values = [str(i) if name == "id" else ROW[name] for name in names]
             data = rowcodec.encode(names, None, values)
             rows.append((first + i, "shop", "orders", 1, "mysql-bin.000001", 1000 + i, 0, 1_700_000_000, "", data))
-        bulk.insert_rows(
-            Change._meta.db_table,
-            (
-                "id",
-                "schema_name",
-                "table_name",
-                "kind",
-                "binlog_file",
-                "binlog_pos",
-                "row_index",
-                "timestamp",
-                "gtid",
-                "data",
-            ),
-            rows,
-        )
+        insert_change_rows(rows)
         for client_id in client_ids:
             state, _ = QueueState.objects.get_or_create(client_id=client_id)
             entries = [(client_id, state.last_seq + 1 + i, first + i) for i in range(count)]
@@ -293,7 +279,7 @@ def bench_latency_synthetic(port: int, seconds: float) -> tuple[float, float, in
     from django.db import connection, transaction
 
     from relay import bulk, rowcodec
-    from relay.ingest import QUEUE_CHANNEL
+    from relay.ingest import QUEUE_CHANNEL, insert_change_rows
     from relay.models import Change, QueueEntry, QueueState
 
     got: dict[int, float] = {}
@@ -321,22 +307,7 @@ def bench_latency_synthetic(port: int, seconds: float) -> tuple[float, float, in
                 )
                 for k, i in enumerate(ids)
             ]
-            bulk.insert_rows(
-                Change._meta.db_table,
-                (
-                    "id",
-                    "schema_name",
-                    "table_name",
-                    "kind",
-                    "binlog_file",
-                    "binlog_pos",
-                    "row_index",
-                    "timestamp",
-                    "gtid",
-                    "data",
-                ),
-                rows,
-            )
+            insert_change_rows(rows)
             entries = [(client_id, state.last_seq + 1 + k, first + k) for k in range(len(ids))]
             bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "change_id"), entries)
             QueueState.objects.filter(client_id=client_id).update(last_seq=state.last_seq + len(ids))

@@ -208,23 +208,7 @@ class Ingestor:
                         rowcodec.encode(change.columns, change.before, change.after),
                     )
                 )
-            bulk.insert_rows(
-                Change._meta.db_table,
-                (
-                    "id",
-                    "schema_name",
-                    "table_name",
-                    "kind",
-                    "binlog_file",
-                    "binlog_pos",
-                    "row_index",
-                    "timestamp",
-                    "gtid",
-                    "data",
-                ),
-                rows,
-                kinds="issisiiiss",
-            )
+            insert_change_rows(rows)
         if any(trimmed):
             # Some stored changes were dropped: change ids are no longer the stored index plus ``first``.
             change_id = {index: first + offset for offset, index in enumerate(live)}
@@ -293,6 +277,25 @@ class Ingestor:
         for key, (info, signature) in seen.items():
             record_table(info)
             self._recorded_layouts[key] = signature
+
+
+CHANGE_COLUMNS = (
+    "id",
+    "schema_name",
+    "table_name",
+    "kind",
+    "binlog_file",
+    "binlog_pos",
+    "row_index",
+    "timestamp",
+    "gtid",
+    "data",
+)
+
+
+def insert_change_rows(rows: Sequence[tuple]) -> None:
+    """Writes change rows given in CHANGE_COLUMNS order (ids allocated with bulk.allocate_ids)."""
+    bulk.insert_rows(Change._meta.db_table, CHANGE_COLUMNS, rows, kinds="issisiiiss")
 
 
 def entry_runs(client_id: int, entries: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
