@@ -14,36 +14,19 @@ from django.db import connection
 
 from clientproto import Command, RelayClient, Result, decode_fetch_reply, encode_auth, encode_fetch, server_key
 from relay.models import Client, WorkerStatus
-from relay.sandbox import MariaDB, free_tcp_port
-from tests.harness.processes import RelayProcess, relay_env, stop_all, wait_for
+from relay.sandbox import MariaDB
+from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay, stop_all, wait_for
 from tests.harness.relay_server import RawClient, enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SECRET = "test-secret"  # relay_env's
+SECRET = TEST_SECRET
 
 
 @pytest.fixture(autouse=True)
 def _stop_processes() -> Iterator[None]:
     yield
     stop_all()
-
-
-def start_relay(server: MariaDB | None = None) -> tuple[RelayProcess, int]:
-    port = free_tcp_port()
-    relay = RelayProcess(relay_env(server), "runrelay", "--address", "127.0.0.1", "--port", str(port)).start()
-
-    def listening() -> bool:
-        if not relay.alive():
-            raise AssertionError(f"runrelay exited:\n{relay.output[-3000:]}")
-        try:
-            RelayClient("127.0.0.1", port, SECRET, "probe", reconnect=False, timeout=2).connect()
-            return True
-        except OSError:
-            return False
-
-    wait_for(listening, timeout=60, message="runrelay listening")
-    return relay, port
 
 
 def raw_auth(port: int, name: str) -> RawClient:

@@ -143,11 +143,9 @@ def test_purge_and_delete_client() -> None:
     assert not QueueEntry.objects.exists()
 
 
-def test_runs_of_entries_read_collect_and_expand_like_single_ones() -> None:
-    from relay.ingest import entry_runs
-
-    session = store.open_session("runs")
-    ids = [
+def make_changes(count: int) -> list[int]:
+    """``count`` stored changes (binlog_pos 0, 1, ...), not yet in any queue; their ids."""
+    return [
         Change.objects.create(
             schema_name="s",
             table_name="t",
@@ -158,8 +156,15 @@ def test_runs_of_entries_read_collect_and_expand_like_single_ones() -> None:
             timestamp=0,
             data=rowcodec.encode(["id"], None, [str(i)]),
         ).id
-        for i in range(7)
+        for i in range(count)
     ]
+
+
+def test_runs_of_entries_read_collect_and_expand_like_single_ones() -> None:
+    from relay.ingest import entry_runs
+
+    session = store.open_session("runs")
+    ids = make_changes(7)
     # seqs 1..7 -> changes ids[0..6], but with a hole in the change ids after the third: two runs.
     pairs = [(1, ids[0]), (2, ids[1]), (3, ids[2]), (4, ids[4]), (5, ids[5]), (6, ids[6])]
     runs = entry_runs(session.client_id, pairs)
@@ -188,19 +193,7 @@ def test_read_entries_matches_the_runs_for_every_window() -> None:
     from relay.ingest import entry_runs
 
     session = store.open_session("windows")
-    ids = [
-        Change.objects.create(
-            schema_name="s",
-            table_name="t",
-            kind=1,
-            binlog_file="b",
-            binlog_pos=i,
-            row_index=0,
-            timestamp=0,
-            data=rowcodec.encode(["id"], None, [str(i)]),
-        ).id
-        for i in range(12)
-    ]
+    ids = make_changes(12)
     # Runs of several lengths, single entries with sparse change ids, and one change missing (a gap).
     pairs = [(seq, ids[k]) for seq, k in enumerate([0, 1, 2, 4, 6, 7, 8, 10, 11], start=1)]
     for client_id, seq, count, change_id in entry_runs(session.client_id, pairs):

@@ -17,6 +17,7 @@ from django.db import connection
 from relay.sandbox import MariaDB
 
 REPO = Path(__file__).resolve().parent.parent.parent
+TEST_SECRET = "test-secret"  # the AuthSecret of every relay process the tests start
 
 
 def test_store_url() -> str:
@@ -34,7 +35,7 @@ def relay_env(server: MariaDB | None, **overrides: Any) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="relayproject.settings",
         DATABASE_URL=test_store_url(),
         RELAY_DATA_DIR=tempfile.mkdtemp(prefix="relay-data-"),
-        RELAY_SERVER_AUTHSECRET="test-secret",
+        RELAY_SERVER_AUTHSECRET=TEST_SECRET,
         RELAY_SERVER_HEARTBEATSECONDS="1",
         PYTHONUNBUFFERED="1",
     )
@@ -124,3 +125,24 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
         time.sleep(interval)
+
+
+def start_relay(server: MariaDB | None = None, **env: object) -> tuple[RelayProcess, int]:
+    """A ``runrelay`` process on a free loopback port, once it answers AUTH; returns it and its port."""
+    from clientproto import RelayClient
+    from relay.sandbox import free_tcp_port
+
+    port = free_tcp_port()
+    relay = RelayProcess(relay_env(server, **env), "runrelay", "--address", "127.0.0.1", "--port", str(port)).start()
+
+    def listening() -> bool:
+        if not relay.alive():
+            raise AssertionError(f"runrelay exited:\n{relay.output[-3000:]}")
+        try:
+            RelayClient("127.0.0.1", port, TEST_SECRET, "probe", reconnect=False, timeout=2).connect()
+            return True
+        except OSError:
+            return False
+
+    wait_for(listening, timeout=60, message="runrelay listening")
+    return relay, port
