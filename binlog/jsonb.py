@@ -38,16 +38,20 @@ Every offset and length is checked; malformed input raises ``ValueError`` naming
 (offsets are positions in ``data``). Nested values must lie inside their parent, so a crafted document cannot loop.
 
 ``decode_json_diff`` decodes the partial-update diff vector (``binlog_row_value_options=PARTIAL_JSON``) into
-operations; applying them to the before image is left to the caller.
+operations; ``apply_json_diff`` applies a vector to the before image's document and renders the result as above.
 """
 
 from __future__ import annotations
 
 import base64
+import json
+import re
 import struct
+from collections.abc import Iterator
 from json.encoder import encode_basestring  # C-accelerated; escapes exactly the characters MySQL escapes
+from typing import NamedTuple
 
-__all__ = ["decode_json", "decode_json_diff", "format_double"]
+__all__ = ["ArrayCell", "apply_json_diff", "decode_json", "decode_json_diff", "format_double", "parse_json_path"]
 
 SMALL_OBJECT, LARGE_OBJECT, SMALL_ARRAY, LARGE_ARRAY = 0x00, 0x01, 0x02, 0x03
 LITERAL, INT16, UINT16, INT32, UINT32, INT64, UINT64, DOUBLE, STRING, OPAQUE = (
@@ -419,21 +423,21 @@ def _temporal(packed: int, field_type: int, at: int) -> str:
 
 
 # Partial JSON updates (binlog_row_value_options=PARTIAL_JSON): in a PARTIAL_UPDATE_ROWS event the after image of a
-# JSON column may hold a diff vector instead of the document. After its 4-byte length (stripped by the row decoder,
-# as for a full document) it is a sequence of:
+# JSON column may hold a diff vector instead of the document (MySQL sql/json_diff.cc, Json_diff_vector::write_binary).
+# After its 4-byte length (stripped by the row decoder, as for a full document) it is a sequence of:
 #     operation(uint8: 0 REPLACE, 1 INSERT, 2 REMOVE) path-length(packed integer) path(utf8 JSON path, e.g. $.a[1])
 #     [value-length(packed integer) value(binary JSON)]   -- absent for REMOVE
 JSON_DIFF_OPERATIONS = ("REPLACE", "INSERT", "REMOVE")
+_REPLACE, _INSERT, _REMOVE = 0, 1, 2
 
 
-def decode_json_diff(data: bytes | memoryview) -> list[tuple[str, str, str | None]]:
-    """Decode a partial-JSON diff vector into ``(operation, path, value as JSON text or None)`` tuples, in order."""
+def _iter_json_diff(data: bytes | memoryview) -> Iterator[tuple[int, str, memoryview | None]]:
+    """The diffs of a vector as (operation code, path text, binary JSON value or None for REMOVE)."""
     buf = memoryview(data)
     if buf.ndim != 1 or buf.itemsize != 1:
         buf = buf.cast("B")
     end = len(buf)
     pos = 0
-    diffs: list[tuple[str, str, str | None]] = []
     while pos < end:
         op = buf[pos]
         if op >= len(JSON_DIFF_OPERATIONS):
@@ -445,12 +449,19 @@ def decode_json_diff(data: bytes | memoryview) -> list[tuple[str, str, str | Non
             raise ValueError(f"JSON diff path at offset {pos} is not valid UTF-8") from None
         pos += path_len
         value = None
-        if op != 2:
+        if op != _REMOVE:
             value_len, pos = _packed_length(buf, pos, end, "value")
-            value = decode_json(buf[pos : pos + value_len])
+            value = buf[pos : pos + value_len]
             pos += value_len
-        diffs.append((JSON_DIFF_OPERATIONS[op], path, value))
-    return diffs
+        yield op, path, value
+
+
+def decode_json_diff(data: bytes | memoryview) -> list[tuple[str, str, str | None]]:
+    """Decode a partial-JSON diff vector into ``(operation, path, value as JSON text or None)`` tuples, in order."""
+    return [
+        (JSON_DIFF_OPERATIONS[op], path, None if value is None else decode_json(value))
+        for op, path, value in _iter_json_diff(data)
+    ]
 
 
 def _packed_length(buf: memoryview, pos: int, end: int, what: str) -> tuple[int, int]:
@@ -470,3 +481,282 @@ def _packed_length(buf: memoryview, pos: int, end: int, what: str) -> tuple[int,
     if start + length > end:
         raise ValueError(f"JSON diff {what} at offset {start} has length {length} but only {end - start} bytes remain")
     return length, start
+
+
+# -- JSON paths ---------------------------------------------------------------------------------------------------
+# A diff's path is what MySQL's Json_path::to_string writes: ``$`` then legs, each ``.name`` (the name double-quoted,
+# with JSON escapes, unless it is an ECMAScript identifier: ``$."a b"``, ``$."1st"``) or ``[N]``, ``[last]``,
+# ``[last-N]``. Wildcards, ``**`` and ranges never occur in a diff (they do not name one place) and are refused.
+
+
+class ArrayCell(NamedTuple):
+    """An array leg: ``index`` from the start, or from the end (``last`` is 0 from the end) if ``from_end``."""
+
+    index: int
+    from_end: bool = False
+
+    def position(self, length: int) -> tuple[int, bool]:
+        """(position in an array of ``length``, whether it is inside it), as MySQL's Json_array_index computes them:
+        a position past the end is clamped to the end (where INSERT appends), one before the start to 0."""
+        if self.from_end:
+            return (length - self.index - 1 if self.index < length else 0), self.index < length
+        return min(self.index, length), self.index < length
+
+
+PathLeg = str | ArrayCell
+_CELL = re.compile(r"\s*(?:([0-9]+)|last\s*(?:-\s*([0-9]+))?)\s*\Z")
+
+
+def parse_json_path(path: str) -> list[PathLeg]:
+    """The legs of a JSON path as a diff writes it: member names (``str``) and ``ArrayCell`` s."""
+    n = len(path)
+    i = _skip_spaces(path, 0)
+    if i >= n or path[i] != "$":
+        raise ValueError(f"JSON path {path!r} does not start with $")
+    i += 1
+    legs: list[PathLeg] = []
+    while (i := _skip_spaces(path, i)) < n:
+        if path[i] == ".":
+            i = _skip_spaces(path, i + 1)
+            if i < n and path[i] == '"':
+                j = i + 1
+                while j < n and path[j] != '"':
+                    j += 2 if path[j] == "\\" else 1
+                if j >= n:
+                    raise ValueError(f"JSON path {path!r}: unterminated quoted member name")
+                try:
+                    legs.append(json.loads(path[i : j + 1]))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"JSON path {path!r}: bad quoted member name ({exc.msg})") from None
+                i = j + 1
+            else:
+                j = i
+                while j < n and path[j] not in ".[" and not path[j].isspace():
+                    j += 1
+                name = path[i:j]
+                if not name or "*" in name:
+                    raise ValueError(f"JSON path {path!r}: a diff path names one member, not {name or 'nothing'!r}")
+                legs.append(name)
+                i = j
+        elif path[i] == "[":
+            j = path.find("]", i)
+            cell = _CELL.match(path, i + 1, j) if j > 0 else None
+            if cell is None:
+                leg = path[i : j + 1] if j > 0 else path[i:]
+                raise ValueError(f"JSON path {path!r}: a diff path names one array cell, not {leg!r}")
+            if cell[1] is not None:
+                legs.append(ArrayCell(int(cell[1])))
+            else:
+                legs.append(ArrayCell(int(cell[2] or 0), from_end=True))
+            i = j + 1
+        else:
+            raise ValueError(f"JSON path {path!r}: unexpected {path[i]!r} at offset {i}")
+    return legs
+
+
+def _skip_spaces(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+# -- applying diffs ----------------------------------------------------------------------------------------------
+# The document becomes a tree only along the paths the diffs touch: a node is rendered JSON text (a scalar, or any
+# value no diff looks into), an unexpanded container (_Raw, still binary, rendered by the ordinary renderer), or an
+# expanded one (dict for objects, list for arrays, of nodes). A 1 MB document with one changed member costs one
+# expansion per level of that member's path, not a parse of the whole document.
+
+
+class _Raw:
+    """A container still in binary form: its type byte and where its bytes lie in ``buf``."""
+
+    __slots__ = ("buf", "limit", "pos", "t")
+
+    def __init__(self, buf: memoryview, t: int, pos: int, limit: int) -> None:
+        self.buf = buf
+        self.t = t
+        self.pos = pos
+        self.limit = limit
+
+
+_Node = str | _Raw | dict | list
+
+
+def _document_node(data: bytes | memoryview) -> _Node:
+    """A binary JSON document (a column value or a diff's value) as a node."""
+    buf = memoryview(data)
+    if buf.ndim != 1 or buf.itemsize != 1:
+        buf = buf.cast("B")
+    if len(buf) and buf[0] <= LARGE_ARRAY:
+        return _Raw(buf, buf[0], 1, len(buf))
+    return decode_json(buf)
+
+
+def _expand(raw: _Raw) -> dict[str, _Node] | list[_Node]:
+    """A container's members as nodes (nested containers stay raw), with the checks ``_render_container`` makes."""
+    buf = raw.buf
+    frame = _open(buf, raw.t, raw.pos, raw.limit)
+    large, base, size, count = frame.large, frame.base, frame.size, frame.count
+    offsets = 2 * _OFFSET_SIZE[large]
+    key_size = _KEY_SIZE[large] if frame.is_object else 0
+    entries = base + offsets + count * key_size
+    header_end = entries + count * _VAL_SIZE[large]
+    values: list[_Node] = []
+    keys: list[str] = []
+    for i in range(count):
+        if frame.is_object:
+            key_at = base + offsets + i * key_size
+            key_off, key_len = _KEY[large].unpack_from(buf, key_at)
+            if key_off + key_len > size or base + key_off < header_end:
+                raise ValueError(f"JSON object key entry at offset {key_at} points outside its object")
+            try:
+                keys.append(str(buf[base + key_off : base + key_off + key_len], "utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"JSON object key at offset {key_at} is not valid UTF-8: {exc.reason}") from None
+        entry_at = entries + i * _VAL_SIZE[large]
+        vt, field = _VAL[large].unpack_from(buf, entry_at)
+        if vt in _INLINED[large]:
+            if vt == LITERAL:
+                values.append(_literal(buf[entry_at + 1], entry_at + 1))
+            elif vt == INT16:
+                values.append(str(_I16.unpack_from(buf, entry_at + 1)[0]))
+            elif vt == INT32:
+                values.append(str(_I32.unpack_from(buf, entry_at + 1)[0]))
+            else:  # UINT16, or UINT32 in a large container: the low bits of the field
+                values.append(str(field & 0xFFFF if vt == UINT16 else field))
+            continue
+        value_at = base + field
+        if field >= size or value_at < header_end:
+            raise ValueError(
+                f"JSON value entry at offset {entry_at} (type 0x{vt:02x}) points to offset {value_at}, "
+                f"outside its container at {base}..{base + size}"
+            )
+        if vt <= LARGE_ARRAY:
+            values.append(_Raw(buf, vt, value_at, base + size))
+        else:
+            values.append(_scalar(buf, vt, value_at, base + size, entry_at))
+    return dict(zip(keys, values, strict=True)) if frame.is_object else values
+
+
+def _container_at(holder: dict | list, slot: str | int) -> _Node:
+    """The node in ``holder[slot]``, expanded in place first if it is a raw container."""
+    node = holder[slot]  # type: ignore[index]
+    if isinstance(node, _Raw):
+        node = holder[slot] = _expand(node)  # type: ignore[index]
+    return node
+
+
+def _seek(root: list[_Node], legs: list[PathLeg]) -> tuple[dict | list, str | int] | None:
+    """(container, key or index) of the value at ``legs``, or None if there is none (no auto-wrapping, as MySQL's
+    seek_exact_path)."""
+    holder: dict | list = root
+    slot: str | int = 0
+    for leg in legs:
+        node = _container_at(holder, slot)
+        if isinstance(leg, str):
+            if not isinstance(node, dict) or leg not in node:
+                return None
+            holder, slot = node, leg
+        else:
+            if not isinstance(node, list):
+                return None
+            index, inside = leg.position(len(node))
+            if not inside:
+                return None
+            holder, slot = node, index
+    return holder, slot
+
+
+def _key_order(key: str) -> tuple[int, bytes]:
+    """MySQL's order of object keys (Json_key_comparator): shorter UTF-8 first, then bytewise."""
+    raw = key.encode("utf-8")
+    return len(raw), raw
+
+
+def _insert_member(obj: dict[str, _Node], key: str, value: _Node) -> None:
+    """Add a member where MySQL's sorted object puts it (the other members keep their order)."""
+    items = list(obj.items())
+    order = _key_order(key)
+    at = next((i for i, (k, _v) in enumerate(items) if _key_order(k) > order), len(items))
+    items.insert(at, (key, value))
+    obj.clear()
+    obj.update(items)
+
+
+def _apply_one(root: list[_Node], op: int, path: str, value: memoryview | None) -> None:
+    """One diff, as MySQL's apply_json_diffs applies it; a diff MySQL would reject raises ValueError."""
+    legs = parse_json_path(path)
+    name = JSON_DIFF_OPERATIONS[op]
+    if not legs:
+        raise ValueError(f"JSON diff {name} {path}: a diff cannot change the whole document")
+    if op == _REPLACE:
+        found = _seek(root, legs)
+        if found is None:
+            raise ValueError(f"JSON diff REPLACE {path}: no value there in the before image")
+        holder, slot = found
+        holder[slot] = _document_node(value)  # type: ignore[arg-type,index]
+        return
+    found = _seek(root, legs[:-1])
+    parent = None if found is None else _container_at(*found)
+    last = legs[-1]
+    if op == _INSERT:
+        if isinstance(parent, dict) and isinstance(last, str):
+            if last in parent:
+                raise ValueError(f"JSON diff INSERT {path}: the member already exists in the before image")
+            _insert_member(parent, last, _document_node(value))  # type: ignore[arg-type]
+            return
+        if isinstance(parent, list) and isinstance(last, ArrayCell):
+            parent.insert(last.position(len(parent))[0], _document_node(value))  # type: ignore[arg-type]
+            return
+        raise ValueError(f"JSON diff INSERT {path}: no object or array to insert into in the before image")
+    if isinstance(parent, dict) and isinstance(last, str) and last in parent:
+        del parent[last]
+        return
+    if isinstance(parent, list) and isinstance(last, ArrayCell):
+        index, inside = last.position(len(parent))
+        if inside:
+            del parent[index]
+            return
+    raise ValueError(f"JSON diff REMOVE {path}: no value there in the before image")
+
+
+def _render_node(node: _Node) -> str:
+    """JSON text of a node, in decode_json's form (iterative: expanded levels are as deep as the diff paths)."""
+    out: list[str] = []
+    work: list[_Node] = [node]
+    while work:
+        item = work.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, _Raw):
+            _render_container(item.buf, item.t, item.pos, item.limit, out)
+        elif isinstance(item, dict):
+            pieces: list[_Node] = ["{"]
+            for i, (key, value) in enumerate(item.items()):
+                pieces.append(("," if i else "") + encode_basestring(key) + ":")
+                pieces.append(value)
+            pieces.append("}")
+            work.extend(reversed(pieces))
+        else:
+            pieces = ["["]
+            for i, value in enumerate(item):
+                if i:
+                    pieces.append(",")
+                pieces.append(value)
+            pieces.append("]")
+            work.extend(reversed(pieces))
+    return "".join(out)
+
+
+def apply_json_diff(before: bytes | memoryview, diff: bytes | memoryview) -> str:
+    """The JSON text of a document after a diff vector: ``before`` is the binary JSON document of the before image,
+    ``diff`` the vector (without its 4-byte length). The result reads exactly as ``decode_json`` would render the
+    document MySQL stores (a new object member goes where MySQL's key order puts it).
+
+    Raises ValueError for malformed input and for a diff MySQL itself rejects: a REPLACE or REMOVE of a value that
+    is not there, an INSERT of a member that exists or into something that is not a container, a path to ``$``.
+    """
+    root: list[_Node] = [_document_node(before)]
+    for op, path, value in _iter_json_diff(diff):
+        _apply_one(root, op, path, value)
+    return _render_node(root[0])

@@ -21,6 +21,7 @@ from binlog.constants import (
     BINLOG_CHECKSUM_LEN,
     COMPRESSED_ROWS_EVENTS,
     DELETE_ROWS_EVENTS,
+    EVENT_TYPE_NAMES,
     FL_STANDALONE,
     FORMAT_DESCRIPTION_EVENT,
     GTID_EVENT,
@@ -62,6 +63,8 @@ from binlog.events import (
     parse_xid,
 )
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
+from binlog.partialrows import build_partial_update_decoder
+from binlog.payload import parse_transaction_payload, split_events, uncompress_payload
 from binlog.position import Position
 from binlog.reader import lenenc_int
 from binlog.rowdecoder import RowsDecoder, build_rows_decoder
@@ -125,6 +128,13 @@ class _TableEntry:
         decoder = self.decoders.get(key)
         if decoder is None:
             decoder = self.decoders[key] = build_rows_decoder(self.info.columns, kind, present, present_after)
+        return decoder
+
+    def partial_update_decoder(self, present: int, present_after: int) -> RowsDecoder:
+        key = (PARTIAL_UPDATE_ROWS_EVENT, present, present_after)  # apart from the kinds (1, 2, 4) of rows_decoder
+        decoder = self.decoders.get(key)
+        if decoder is None:
+            decoder = self.decoders[key] = build_partial_update_decoder(self.info.columns, present, present_after)
         return decoder
 
 
@@ -275,8 +285,6 @@ class EventDecoder:
                     raise ChecksumError(self.file, log_pos - size if log_pos >= size else self.pos, expected, actual)
         if timestamp:
             self.last_timestamp = timestamp
-        artificial = log_pos == 0 or flags & LOG_EVENT_ARTIFICIAL_F
-
         if event_type in ROWS_EVENTS:
             if log_pos > self.pos:
                 self.pos = log_pos
@@ -284,6 +292,25 @@ class EventDecoder:
             if self.chunk_rows is not None and len(self.changes) >= self.chunk_rows:
                 return self._chunk()
             return None
+        if event_type == TRANSACTION_PAYLOAD_EVENT:
+            if log_pos > self.pos:
+                self.pos = log_pos
+            return self._payload(event, end, timestamp, log_pos)
+        return self._event(event, event_type, server_id, end, timestamp, log_pos, flags, fde)
+
+    def _event(
+        self,
+        event: bytes,
+        event_type: int,
+        server_id: int,
+        end: int,
+        timestamp: int,
+        log_pos: int,
+        flags: int,
+        fde: FormatDescription | None,
+    ) -> Transaction | None:
+        """Any event but rows events and payloads, its header read and its checksum checked (``end``: its body's)."""
+        artificial = log_pos == 0 or flags & LOG_EVENT_ARTIFICIAL_F
         if event_type == TABLE_MAP_EVENT:
             self._table_map(event, end)
         elif event_type in (QUERY_EVENT, QUERY_COMPRESSED_EVENT):
@@ -342,15 +369,6 @@ class EventDecoder:
             if log_pos > self.pos:
                 self.pos = log_pos
             return self._commit(timestamp)
-        elif event_type == TRANSACTION_PAYLOAD_EVENT:
-            raise BinlogError(
-                f"compressed transaction payload at {self.file}:{log_pos}: set binlog_transaction_compression=OFF "
-                "on the source (zstd payloads are not decoded)"
-            )
-        elif event_type == PARTIAL_UPDATE_ROWS_EVENT:
-            raise BinlogError(
-                f"partial JSON update at {self.file}:{log_pos}: set binlog_row_value_options='' on the source"
-            )
         elif event_type == START_ENCRYPTION_EVENT:
             raise BinlogError(f"{self.file} is encrypted (binlog encryption); read it through the server instead")
         # Everything else (INTVAR, RAND, USER_VAR, ANNOTATE_ROWS, BINLOG_CHECKPOINT, ROWS_QUERY, STOP, unknown types)
@@ -421,7 +439,8 @@ class EventDecoder:
             self._map_cache[body] = entry
         self.tables[entry.map.table_id] = entry
 
-    def _rows(self, event: bytes, event_type: int, end: int, timestamp: int, log_pos: int) -> None:
+    def _rows(self, event: bytes, event_type: int, end: int, timestamp: int, log_pos: int, first_row: int = 0) -> int:
+        """Decode a rows event into ``self.changes``, numbering its rows from ``first_row``; returns how many."""
         post_len = self.fde.post_header_len(event_type)
         p = LOG_EVENT_HEADER_LEN
         if post_len == 6:
@@ -459,7 +478,10 @@ class EventDecoder:
         elif not isinstance(event, bytes):
             event = bytes(event)
         kind = KIND_UPDATE if update else (KIND_DELETE if event_type in DELETE_ROWS_EVENTS else KIND_INSERT)
-        decode = entry.rows_decoder(kind, present, present_after if update else 0)
+        if event_type == PARTIAL_UPDATE_ROWS_EVENT:
+            decode = entry.partial_update_decoder(present, present_after)
+        else:
+            decode = entry.rows_decoder(kind, present, present_after if update else 0)
         changes = self.changes
         if not self.in_transaction and not changes:
             self.trx_timestamp = self.trx_timestamp or timestamp
@@ -477,7 +499,7 @@ class EventDecoder:
                 timestamp,
                 self.trx_gtid,
                 info,
-                0,
+                first_row,
             )
         except (IndexError, struct.error, ValueError, zlib.error) as exc:
             raise TruncatedEventError(
@@ -489,6 +511,43 @@ class EventDecoder:
                 "past the event"
             )
         changes += rows
+        return len(rows)
+
+    def _payload(self, event: bytes, end: int, timestamp: int, log_pos: int) -> Transaction | None:
+        """A TRANSACTION_PAYLOAD: its events, decoded in order as if they stood in the binlog themselves.
+
+        As MySQL reports them, every event inside has the payload's own end position (their headers say 0), so all
+        the rows of the transaction share one position and are told apart by their row index, which runs on across
+        the rows events of the payload. The inner events carry no checksum (the payload's covers them). The
+        transaction comes out whole when its commit inside the payload is decoded: a large one is not split into
+        parts here (see ``chunk_rows``), since one event yields at most one Transaction.
+        """
+        start = log_pos - len(event) if log_pos >= len(event) else self.pos
+        where = f"transaction payload in {self.file} at position {start}"
+        try:
+            inner = split_events(uncompress_payload(parse_transaction_payload(event[LOG_EVENT_HEADER_LEN:end])))
+        except BinlogError as exc:
+            raise type(exc)(f"{where}: {exc}") from exc
+        result = None
+        row = 0
+        for index, data in enumerate(inner):
+            if result is not None:
+                raise BinlogError(f"{where}: event {index} follows the commit inside the payload")
+            inner_time, event_type, server_id, size, _zero, flags = HEADER.unpack_from(data, 0)
+            self.events += 1
+            self.counts[event_type] += 1
+            inner_time = inner_time or timestamp
+            if event_type in ROWS_EVENTS:
+                row += self._rows(data, event_type, size, inner_time, log_pos, row)
+            elif event_type in _NOT_IN_PAYLOADS:
+                raise BinlogError(f"{where}: a {EVENT_TYPE_NAMES[event_type]} cannot be inside a payload")
+            else:
+                result = self._event(data, event_type, server_id, size, inner_time, log_pos, flags, None)
+        return result
+
+
+# Events that would change the decoder's file, format or nesting: never part of a transaction's payload.
+_NOT_IN_PAYLOADS = frozenset({FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TRANSACTION_PAYLOAD_EVENT})
 
 
 def _uncompress_block(data: bytes) -> bytes:

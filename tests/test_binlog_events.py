@@ -356,15 +356,6 @@ def test_column_count_mismatch_raises(real_events: tuple[str, list[bytes]]) -> N
         decode_all(name, [*events[:index], _with_crc(bytes(patched)), *events[index + 1 :]])
 
 
-def test_partial_json_and_compressed_payload_are_refused() -> None:
-    decoder = EventDecoder()
-    decoder.feed(make_event(FORMAT_DESCRIPTION_EVENT, fde_body("8.0.30"), log_pos=120))
-    with pytest.raises(BinlogError, match="binlog_row_value_options"):
-        decoder.feed(make_event(39, b"\0" * 12, log_pos=200))
-    with pytest.raises(BinlogError, match="binlog_transaction_compression"):
-        decoder.feed(make_event(40, b"\0" * 12, log_pos=300))
-
-
 def test_a_transaction_without_commit_is_dropped_not_merged(caplog: pytest.LogCaptureFixture) -> None:
     """A source that crashed mid-write leaves a transaction without its commit; the next BEGIN starts afresh."""
     feeder = Feeder(EventDecoder(FixedSchema({("test", "t10"): T10})))
