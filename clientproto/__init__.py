@@ -112,7 +112,16 @@ from .payloads import (
     encode_pollv2,
     legacy_value,
 )
-from .records import ABSENT, Column, Event, decode_record, encode_event, encode_record
+from .records import (
+    ABSENT,
+    Column,
+    Event,
+    decode_columns,
+    decode_record,
+    encode_columns,
+    encode_event,
+    encode_record,
+)
 from .wire import lstring
 
 __all__ = [
@@ -178,6 +187,7 @@ __all__ = [
     "bad_session_reply",
     "decode_ack_reply",
     "decode_auth_reply",
+    "decode_columns",
     "decode_fetch_reply",
     "decode_poll_reply",
     "decode_pollv2_reply",
@@ -194,6 +204,7 @@ __all__ = [
     "encode_addfilter",
     "encode_auth",
     "encode_auth_reply",
+    "encode_columns",
     "encode_event",
     "encode_fetch",
     "encode_fetch_reply",

@@ -16,6 +16,7 @@ server can send it in one write (the PHP client reads the header and payload wit
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -25,11 +26,29 @@ from .errors import BadChecksum, PayloadTooLarge, TruncatedFrame
 _REQUEST = struct.Struct("<HHIIIIIII")
 _REPLY = struct.Struct("<BII")
 _MASK32 = 0xFFFFFFFF
+_adler32 = zlib.adler32
 
 
-def payload_sum(payload: bytes) -> int:
-    """Σ payload bytes. ``sum`` over bytes runs in C (about 6 ms per MiB), fast enough for every reply."""
-    return sum(payload)
+#: Adler-32's first half is 1 + Σ bytes mod 65521: exactly 1 + Σ bytes for a chunk of up to 256 bytes (at most
+#: 255 * 256 = 65280), so a payload's byte sum is the sum over its chunks of that half, minus one per chunk.
+_SUM_CHUNK = 256
+#: Below this size ``sum`` is faster than the chunked Adler-32.
+_SUM_CHUNKED_FROM = 1024
+
+
+def payload_sum(payload: bytes | bytearray | memoryview) -> int:
+    """Σ payload bytes, each as 0..255.
+
+    ``sum`` over bytes costs about 8 ns per byte, the cost of rendering a FETCH reply of cached records several
+    times over; in chunks of Adler-32 (zlib, in C) it costs about a tenth of that.
+    """
+    size = len(payload)
+    if size < _SUM_CHUNKED_FROM:
+        return sum(payload)
+    view = memoryview(payload)
+    return sum([_adler32(view[at : at + _SUM_CHUNK]) & 0xFFFF for at in range(0, size, _SUM_CHUNK)]) - (
+        size + _SUM_CHUNK - 1
+    ) // _SUM_CHUNK
 
 
 class RequestHeader(NamedTuple):
@@ -149,26 +168,12 @@ def decode_request_frame(data: bytes, *, max_payload: int = MAX_PAYLOAD) -> tupl
 def encode_reply(result: int, payload: bytes = b"") -> bytes:
     """A whole reply frame, header and payload in one ``bytes`` for a single write."""
     size = len(payload)
-    return _REPLY.pack(result, size, (result + size + sum(payload)) & _MASK32) + payload
+    return _REPLY.pack(result, size, (result + size + payload_sum(payload)) & _MASK32) + payload
 
 
 def encode_reply_parts(result: int, parts: Sequence[bytes]) -> bytes:
     """A reply frame from payload pieces (FETCH records), joined once."""
-    size = 0
-    total = result
-    for part in parts:
-        size += len(part)
-        total += sum(part)
-    return b"".join((_REPLY.pack(result, size, (total + size) & _MASK32), *parts))
-
-
-def encode_reply_summed(result: int, parts: Sequence[bytes], payload_sum: int) -> bytes:
-    """:func:`encode_reply_parts` for pieces whose byte sum the caller already knows (a server's cached records):
-    summing every byte of a large reply again costs more than rendering its records from a cache."""
-    size = 0
-    for part in parts:
-        size += len(part)
-    return b"".join((_REPLY.pack(result, size, (result + payload_sum + size) & _MASK32), *parts))
+    return encode_reply(result, b"".join(parts))
 
 
 def decode_reply_header(data: bytes, *, max_payload: int = MAX_REPLY_PAYLOAD) -> ReplyHeader:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -158,20 +158,33 @@ def encode_record(
     gtid: str,
     schema: str,
     table: str,
-    columns: Sequence[tuple[str, InValue, InValue]],
+    columns: Iterable[tuple[str, InValue, InValue]],
 ) -> bytes:
-    """One FETCH record. ``columns`` are (name, before, after) tuples or :class:`Column`; hot path of FETCH."""
-    parts = [
-        b"",  # RecordSize, filled in below
-        _pack_fixed(seq, event_type, timestamp, pos, row),
-        name_lstring(file),
-        text_lstring(gtid) if gtid else b"\x01\x00\x00\x00\x00",
-        name_lstring(schema),
-        name_lstring(table),
-        _pack_u32(len(columns)),
-    ]
+    """One FETCH record. ``columns`` are (name, before, after) tuples or :class:`Column`."""
+    body = b"".join(
+        (
+            _pack_fixed(seq, event_type, timestamp, pos, row),
+            name_lstring(file),
+            text_lstring(gtid) if gtid else b"\x01\x00\x00\x00\x00",
+            name_lstring(schema),
+            name_lstring(table),
+            encode_columns(columns),
+        )
+    )
+    return _pack_u32(len(body)) + body
+
+
+def encode_columns(columns: Iterable[tuple[str, InValue, InValue]]) -> bytes:
+    """The end of a record, ColumnCount and the columns: the part that depends on the row change alone.
+
+    Text is encoded as strict UTF-8 (UnicodeEncodeError otherwise). A server may keep these bytes with the change
+    and serve them as they are (relay/rowcodec.py does), instead of encoding every column of every record again.
+    """
+    parts = [b""]  # ColumnCount, once known
     append = parts.append
+    count = 0
     for name, before, after in columns:
+        count += 1
         flags = 0
         if before is None:
             flags = _BEFORE_NULL
@@ -199,8 +212,8 @@ def encode_record(
             append(_pack_u32(len(after_bytes) + 1))
             append(after_bytes)
             append(NUL)
-    body = b"".join(parts)
-    return _pack_u32(len(body)) + body
+    parts[0] = _pack_u32(count)
+    return b"".join(parts)
 
 
 def encode_event(event: Event) -> bytes:
@@ -244,6 +257,13 @@ def _fast_record(data: bytes, o: int, end: int) -> Event:
             raise _Slow
         texts.append(data[o:e].decode("utf-8"))
         o = e + 1
+    columns, o = _fast_columns(data, o, end)
+    file, gtid, schema, table = texts
+    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns)
+
+
+def _fast_columns(data: bytes, o: int, end: int) -> tuple[list[Column], int]:
+    """ColumnCount and the columns from offset ``o``: (the columns, the offset after them)."""
     count = _unpack_u32(data, o)[0]
     o += 4
     if o > end or count * 6 > end - o:
@@ -291,8 +311,7 @@ def _fast_record(data: bytes, o: int, end: int) -> Event:
             after = data[o:e]
             o = e + 1
         append(_new_column((name, before, after)))
-    file, gtid, schema, table = texts
-    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns)
+    return columns, o
 
 
 def decode_record(reader: Reader, index: int = 0) -> Event:
@@ -319,6 +338,11 @@ def _checked_record(sub: Reader, at: int) -> Event:
     gtid = sub.text("Gtid")
     schema = sub.text("Schema")
     table = sub.text("Table")
+    columns = _checked_columns(sub)
+    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns)
+
+
+def _checked_columns(sub: Reader) -> list[Column]:
     count_at = sub.offset
     count = sub.u32("ColumnCount")
     # Each column takes at least 6 bytes (empty name + flags): refuse absurd counts before allocating.
@@ -344,4 +368,19 @@ def _checked_record(sub: Reader, at: int) -> Event:
         else:
             after = sub.lstring(f"column {i} After")
         columns.append(Column(name, before, after))
-    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns)
+    return columns
+
+
+def decode_columns(data: bytes) -> list[Column]:
+    """The inverse of :func:`encode_columns`: ``data`` holds ColumnCount and the columns, nothing else."""
+    try:
+        columns, end = _fast_columns(data, 0, len(data))
+        if end == len(data):
+            return columns
+    except (_Slow, struct.error, UnicodeDecodeError):
+        pass
+    sub = Reader(data, "columns")
+    columns = _checked_columns(sub)
+    if sub.remaining():
+        raise sub.fail(f"{sub.remaining()} bytes after the last column")
+    return columns

@@ -472,20 +472,24 @@ def advance_head(client_id: int, token: int, expected_acked: int, new_acked: int
     return None if row is None else (row[0] or 0)
 
 
-def sync_session(client_id: int, token: int, acked_seq: int, delivered_seq: int, served: int) -> bool:
+def sync_session(client_id: int, token: int, acked_seq: int, delivered_seq: int, served: int) -> Bounds | None:
     """Writes what a session delivered since its last sync: the head (auto-ack), the manual-ack cursor, the count.
 
     Both only move forward (a newer value in the store, from the worker's unqueue-oldest policy or an ACK, wins).
-    False when the token is no longer the client's current one: a newer session took over and nothing is written.
+    Returns the bounds after the write, read by the same statement (what :func:`session_bounds` would return next);
+    None when the token is no longer the client's current one: a newer session took over and nothing is written.
     """
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {_table(Client)} SET acked_seq = CASE WHEN acked_seq > %s THEN acked_seq ELSE %s END,"
             f" delivered_seq = CASE WHEN delivered_seq > %s THEN delivered_seq ELSE %s END,"
-            f" served = served + %s, last_seen = %s WHERE id = %s AND token = %s",
-            [acked_seq, acked_seq, delivered_seq, delivered_seq, served, _now(), client_id, token],
+            f" served = served + %s, last_seen = %s WHERE id = %s AND token = %s"
+            f" RETURNING acked_seq, delivered_seq,"
+            f" COALESCE((SELECT last_seq FROM {_table(QueueState)} WHERE client_id = %s), 0), token",
+            [acked_seq, acked_seq, delivered_seq, delivered_seq, served, _now(), client_id, token, client_id],
         )
-        return cursor.rowcount > 0
+        row = cursor.fetchone()
+    return None if row is None else Bounds(*row)
 
 
 def ack_session(client_id: int, token: int, seq: int) -> tuple[int, int] | None:

@@ -191,6 +191,16 @@ def test_reserved_fields_are_in_the_checksum() -> None:
     cp.decode_request_frame(frame)
 
 
+def test_payload_sum_is_the_byte_sum_at_every_size() -> None:
+    rng = random.Random(7)
+    sizes = [0, 1, 255, 256, 257, 1023, 1024, 1025, 65535, 65536, 70001, 1 << 20]
+    for size in sizes:
+        for payload in (rng.randbytes(size), b"\xff" * size):
+            expected = sum(payload)
+            assert cp.payload_sum(payload) == expected, size
+            assert cp.payload_sum(bytearray(payload)) == cp.payload_sum(memoryview(payload)) == expected, size
+
+
 def test_reply_parts_equal_one_payload() -> None:
     parts = [b"abc", b"", b"\xff" * 300]
     assert cp.encode_reply_parts(0, parts) == cp.encode_reply(0, b"".join(parts))

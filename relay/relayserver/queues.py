@@ -68,9 +68,8 @@ class Delivery:
 
 
 def _sync(client_id: int, token: int, pending: Pending | None) -> Bounds:
-    if pending is not None and not store.sync_session(client_id, token, *pending):
-        raise StaleSession
-    bounds = store.session_bounds(client_id)
+    """Writes what is pending and reads the bounds: one statement either way."""
+    bounds = store.session_bounds(client_id) if pending is None else store.sync_session(client_id, token, *pending)
     if bounds is None or bounds.token != token:
         raise StaleSession
     return bounds

@@ -1,24 +1,26 @@
 """Stored changes into the bytes of the wire: POLL and POLLV2 payloads, FETCH records.
 
-A change's columns are kept as rowcodec JSON (relay/rowcodec.py); this module turns them straight into the
-(name, before, after) tuples the clientproto encoders take: ``bytes`` for a value, ``None`` for SQL NULL, ``ABSENT``
-for an image the event does not carry or a column a partial row image left out. The legacy encoders render NULL as
-the text ``NULL`` and ABSENT as ``""``, as the original clients expect.
+A change's columns are kept in one of rowcodec's two forms (relay/rowcodec.py). The record form holds the FETCH
+record's column bytes already: a FETCH record is its fixed fields followed by those bytes as they are. The JSON
+form (older stores) is rendered column by column. For POLL and POLLV2 either form becomes the (name, before, after)
+tuples the clientproto encoders take: ``bytes`` for a value, ``None`` for SQL NULL, ``ABSENT`` for an image the
+event does not carry or a column a partial row image left out. The legacy encoders render NULL as the text ``NULL``
+and ABSENT as ``""``, as the original clients expect.
 """
 
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import struct
 import threading
 from collections.abc import Sequence
 
-from clientproto import ABSENT, Result, encode_poll, encode_pollv2, encode_record
-from clientproto.header import encode_reply_summed
+from clientproto import ABSENT, Result, decode_columns, encode_poll, encode_pollv2, encode_record
+from clientproto.header import encode_reply
 from clientproto.records import InValue
 from clientproto.wire import EMPTY_LSTRING, NUL, U32, name_lstring, text_lstring
+from relay.rowcodec import record_columns
 from relay.store import StoredEntry
 
 ColumnTuple = tuple[str, InValue, InValue]
@@ -52,6 +54,9 @@ def _value(value: object) -> InValue:
 
 def columns_of(data: str) -> list[ColumnTuple]:
     """The (name, before, after) tuples of a stored change, in ordinal order."""
+    raw = record_columns(data)
+    if raw is not None:
+        return decode_columns(raw)  # type: ignore[return-value]
     parsed = _loads(data)
     names: list[str] = parsed["c"]
     before = parsed["b"]
@@ -160,8 +165,25 @@ def _side(value: object, null_flag: int, absent_flag: int) -> tuple[int, bytes |
 def fetch_tail(entry: StoredEntry) -> bytes:
     """The FETCH record of ``entry`` after its RecordSize and Seq: the same for every client queueing the change.
 
-    Byte for byte ``fetch_record(entry)[12:]``, in one pass from the stored JSON (the hot path of FETCH).
+    Byte for byte ``fetch_record(entry)[12:]``: the fixed fields, then the stored column bytes (record form) or the
+    columns rendered in one pass from the stored JSON (JSON form).
     """
+    columns = record_columns(entry.data)
+    if columns is not None:
+        return b"".join(
+            (
+                _TAIL_HEAD.pack(entry.kind, entry.timestamp & 0xFFFFFFFF, entry.binlog_pos, entry.row_index),
+                _name(entry.binlog_file),
+                text_lstring(entry.gtid) if entry.gtid else EMPTY_LSTRING,
+                _name(entry.schema_name),
+                _name(entry.table_name),
+                columns,
+            )
+        )
+    return _json_tail(entry)
+
+
+def _json_tail(entry: StoredEntry) -> bytes:
     parsed = _loads(entry.data)
     names: list[str] = parsed["c"]
     before = parsed["b"]
@@ -219,33 +241,36 @@ class RenderCache:
     """FETCH records shared by every session of a server: a change queued for many clients is rendered once.
 
     Keyed by everything a record is made of except the per-client Seq (the entry's other fields), so a hit is
-    the same bytes by construction, whatever the store did meanwhile. Bounded: the oldest entries go first. Used
-    from the store threads at once, hence the lock around writes (reads are single dictionary lookups).
+    the same bytes by construction, whatever the store did meanwhile. Bounded to ``size`` records in two
+    generations: when the newer one is full it becomes the older one and the older one is dropped, so making room
+    costs nothing per record (a hit in the older generation moves the record to the newer one). Used from the store
+    threads at once, hence the lock around writes (reads are single dictionary lookups).
     """
 
     def __init__(self, size: int = 16384) -> None:
         self.size = size
-        self._tails: dict[tuple[object, ...], tuple[bytes, int]] = {}
+        self._half = max(1, size // 2)
+        self._new: dict[tuple[object, ...], bytes] = {}
+        self._old: dict[tuple[object, ...], bytes] = {}
         self._lock = threading.Lock()
 
-    def tail(self, entry: StoredEntry) -> tuple[bytes, int]:
-        """(record after RecordSize and Seq, the sum of its bytes)."""
+    def tail(self, entry: StoredEntry) -> bytes:
+        """The record of ``entry`` after RecordSize and Seq (:func:`fetch_tail`)."""
         key = entry[1:]
-        cached = self._tails.get(key)
-        if cached is None:
-            tail = fetch_tail(entry)
-            cached = (tail, sum(tail))
+        tail = self._new.get(key)
+        if tail is None:
+            tail = self._old.get(key)
+            if tail is None:
+                tail = fetch_tail(entry)
             if self.size > 0:
                 with self._lock:
-                    tails = self._tails
-                    if len(tails) >= self.size:
-                        for old in list(itertools.islice(tails, max(1, self.size // 8))):
-                            del tails[old]
-                    tails[key] = cached
-        return cached
+                    if len(self._new) >= self._half:
+                        self._old, self._new = self._new, {}
+                    self._new[key] = tail
+        return tail
 
     def __len__(self) -> int:
-        return len(self._tails)
+        return len(self._new) + len(self._old)
 
 
 def fetch_frame(
@@ -256,24 +281,20 @@ def fetch_frame(
     the last record sent). Byte for byte ``fetch_reply(queue_size, fetch_records(entries, byte_budget))``."""
     parts: list[bytes] = [b""]
     append = parts.append
-    payload_sum = 0
     total = 0
     tail_of = cache.tail
     for entry in entries:
-        tail, tail_sum = tail_of(entry)
-        head = _pack_record_head(len(tail) + 8, entry.seq)
-        append(head)
+        tail = tail_of(entry)
+        append(_pack_record_head(len(tail) + 8, entry.seq))
         append(tail)
-        payload_sum += sum(head) + tail_sum
         total += len(tail) + 12
         if total >= byte_budget:
             break
     count = (len(parts) - 1) // 2
     if not count:
         return b"", 0
-    head = _FETCH_HEAD.pack(count, max(0, last_seq - entries[count - 1].seq))
-    parts[0] = head
-    return encode_reply_summed(Result.OK, parts, payload_sum + sum(head)), count
+    parts[0] = _FETCH_HEAD.pack(count, max(0, last_seq - entries[count - 1].seq))
+    return encode_reply(Result.OK, b"".join(parts)), count
 
 
 #: The cache of this process's server (content-keyed, so sharing it between servers in one process is safe too).
