@@ -70,9 +70,9 @@ def measure(master: str, files: list[str], out: Path) -> dict[str, float]:
     spark = job.build_session(master, {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8"})
     try:
         smallest = min(files, key=os.path.getsize)
-        job.run(spark, inputs.collect(smallest, None), out / "warm-up", write=lambda line: None)
+        job.run(spark, inputs.collect(spark, smallest, None), out / "warm-up", write=lambda line: None)
         report, _ = job.run(
-            spark, inputs.collect(",".join(files), None), out / "run", write=lambda line: print("  " + line)
+            spark, inputs.collect(spark, ",".join(files), None), out / "run", write=lambda line: print("  " + line)
         )
         cores = spark.sparkContext.defaultParallelism
     finally:

@@ -24,6 +24,7 @@ from relay.models import (
     Change,
     Checkpoint,
     Client,
+    ColumnChangeHistory,
     EventCount,
     Filter,
     QueueEntry,
@@ -410,6 +411,14 @@ class UsageHistoryAdmin(ReadOnlyAdmin):
     list_filter = ("period", "run")
     search_fields = ("schema_name", "table_name", "run")
     date_hierarchy = "start"
+
+
+@admin.register(ColumnChangeHistory)
+class ColumnChangeHistoryAdmin(ReadOnlyAdmin):
+    list_display = ("day", "schema_name", "table_name", "column_name", "changed", "compared", "run")
+    list_filter = ("run",)
+    search_fields = ("schema_name", "table_name", "column_name", "run")
+    date_hierarchy = "day"
 
 
 # -- schema -------------------------------------------------------------------------------------------------------

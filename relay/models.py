@@ -280,6 +280,28 @@ class UsageHistory(models.Model):
         verbose_name_plural = "usage history"
 
 
+class ColumnChangeHistory(models.Model):
+    """Per day and column, the UPDATE rows whose both images carried the column (compared) and how many of them
+    really changed its value (changed), computed by the PySpark pipeline over archived binlogs and logs."""
+
+    day = models.DateField(help_text="UTC day")
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    column_name = models.CharField(max_length=255)
+    changed = models.BigIntegerField(default=0, help_text="UPDATE rows that changed the column's value")
+    compared = models.BigIntegerField(default=0, help_text="UPDATE rows with the column in both images")
+    run = models.CharField(max_length=64, blank=True, default="", help_text="pipeline run that computed it")
+
+    class Meta:
+        ordering = ["-day", "schema_name", "table_name", "column_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "schema_name", "table_name", "column_name"], name="column_change_history_unique"
+            )
+        ]
+        verbose_name_plural = "column change history"
+
+
 class SchemaTable(models.Model):
     """A table seen in the stream, with the layout of its latest TABLE_MAP."""
 

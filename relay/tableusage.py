@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.core.cache import cache
-from django.db.models import F, Q, QuerySet, Sum, Value
+from django.db.models import F, Max, Min, Q, QuerySet, Sum, Value
 from django.db.models.functions import Concat
 
-from relay.models import TableUsage, UsageHistory, UsageMinute
+from relay.models import ColumnChangeHistory, TableUsage, UsageHistory, UsageMinute
 from relay.usage import WindowCounts
 
 DAY_MINUTES = 24 * 60
@@ -25,6 +26,7 @@ SPARK_BINS = 48  # half-hours over the last 24 h
 SPARK_MINUTES = DAY_MINUTES // SPARK_BINS
 RANKING_CACHE_SECONDS = 60
 BUSIEST = 10
+COLUMN_TABLES = 10  # tables whose column changes the page lists, the most changed values first
 
 # sort key -> what it orders by; "-" in front of a key in the query means descending
 SORT_KEYS = {
@@ -272,11 +274,16 @@ class HistoryPoint:
         return self.inserts + self.updates + self.deletes
 
 
-def pipeline_history(period: str, limit: int, query: str = "") -> list[HistoryPoint]:
-    """The pipeline's totals per hour or day over all (or the searched) tables, oldest first; [] if it never ran."""
-    history = UsageHistory.objects.filter(period=period)
+def _search_history(history: QuerySet[Any], query: str) -> QuerySet[Any]:
+    """The history rows of the tables whose schema.table contains ``query`` (any case)."""
     if query:
         history = history.annotate(full=Concat("schema_name", Value("."), "table_name")).filter(full__icontains=query)
+    return history
+
+
+def pipeline_history(period: str, limit: int, query: str = "") -> list[HistoryPoint]:
+    """The pipeline's totals per hour or day over all (or the searched) tables, oldest first; [] if it never ran."""
+    history = _search_history(UsageHistory.objects.filter(period=period), query)
     rows = (
         history.values("start")
         .annotate(i=Sum("inserts"), u=Sum("updates"), d=Sum("deletes"), t=Sum("transactions"))
@@ -291,3 +298,67 @@ def pipeline_history(period: str, limit: int, query: str = "") -> list[HistoryPo
 
 def last_pipeline_run() -> str:
     return UsageHistory.objects.exclude(run="").order_by("-id").values_list("run", flat=True).first() or ""
+
+
+@dataclass(frozen=True)
+class ColumnChanges:
+    column_name: str
+    changed: int  # UPDATE rows that changed the column's value
+    compared: int  # UPDATE rows whose both images carried the column
+
+    @property
+    def share(self) -> float | None:
+        """Percent of the compared UPDATE rows that changed the column."""
+        return 100 * self.changed / self.compared if self.compared else None
+
+
+@dataclass
+class TableColumnChanges:
+    schema_name: str
+    table_name: str
+    first_day: object  # date
+    last_day: object
+    columns: list[ColumnChanges] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema_name}.{self.table_name}"
+
+
+@dataclass
+class ColumnChangePage:
+    tables: list[TableColumnChanges]
+    count: int  # tables with column changes matching the search
+
+
+def column_changes(query: str = "", limit: int = COLUMN_TABLES) -> ColumnChangePage:
+    """Which columns really change on UPDATE, over every day the pipeline loaded: per table (the searched ones, at
+    most ``limit``, those with the most changed values first), each column's changed and compared UPDATE rows.
+
+    Two grouped queries, whatever the history's length: the tables' ranking, then the listed tables' columns.
+    """
+    history = _search_history(ColumnChangeHistory.objects.all(), query)
+    ranking = (
+        history.values("schema_name", "table_name")
+        .annotate(total=Sum("changed"), first=Min("day"), last=Max("day"))
+        .order_by("-total", "schema_name", "table_name")
+    )
+    count = ranking.count()
+    tables = [TableColumnChanges(r["schema_name"], r["table_name"], r["first"], r["last"]) for r in ranking[:limit]]
+    if not tables:
+        return ColumnChangePage([], count)
+    wanted = Q()
+    for table in tables:
+        wanted |= Q(schema_name=table.schema_name, table_name=table.table_name)
+    rows = (
+        history.filter(wanted)
+        .values("schema_name", "table_name", "column_name")
+        .annotate(changed=Sum("changed"), compared=Sum("compared"))
+        .order_by("-changed", "column_name")
+    )
+    by_name = {(t.schema_name, t.table_name): t for t in tables}
+    for row in rows:
+        by_name[(row["schema_name"], row["table_name"])].columns.append(
+            ColumnChanges(row["column_name"], int(row["changed"] or 0), int(row["compared"] or 0))
+        )
+    return ColumnChangePage(tables, count)

@@ -135,6 +135,7 @@ def usage(request: HttpRequest) -> HttpResponse:
             "hourly_chart": _history_chart(hourly, "%Y-%m-%d %H:00", "Rows per hour (pipeline)"),
             "daily_chart": _history_chart(daily, "%Y-%m-%d", "Rows per day (pipeline)"),
             "pipeline_run": tableusage.last_pipeline_run() if (hourly or daily) else "",
+            "column_changes": tableusage.column_changes(page.query),
             "per_page_choices": (10, 25, 50, 100),
             "section": "usage",
         },

@@ -18,7 +18,7 @@ from binlog.position import Position
 from binlog.table import ColumnInfo, TableInfo
 from relay import store
 from relay.ingest import Ingestor
-from relay.models import Client, UsageHistory, WorkerStatus
+from relay.models import Client, ColumnChangeHistory, UsageHistory, WorkerStatus
 
 SOURCE = "main"
 HOSTILE = '<script>alert("x")</script>'
@@ -183,4 +183,16 @@ def fill_store(now: int | None = None, transaction_count: int = 120) -> Filled:
                 transactions=50,
                 run=f"run-{HOSTILE}",
             )
+    for offset in range(3):  # the pipeline's column changes: every column compared, the second one changed
+        for info in TABLES:
+            for index, column in enumerate(info.columns):
+                ColumnChangeHistory.objects.create(
+                    day=(day - timezone.timedelta(days=offset + 1)).date(),
+                    schema_name=info.schema,
+                    table_name=info.table,
+                    column_name=column.name,
+                    changed=7 if index == 1 else 0,
+                    compared=7,
+                    run=f"run-{HOSTILE}",
+                )
     return Filled(now, clients, result.rows)

@@ -37,6 +37,7 @@ READ_ONLY = [
     "tableusage",
     "usageminute",
     "usagehistory",
+    "columnchangehistory",
     "schematable",
     "schemacolumn",
 ]

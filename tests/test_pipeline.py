@@ -200,7 +200,8 @@ def test_binlog_counts_equal_the_workload(
     names = None if server.row_metadata_full else snapshot.snapshot_from_source(server.replication_settings())
     out = tmp_path / "out"
     messages: list[str] = []
-    report, results = job.run(spark, inputs.collect(str(folder), None), out, snapshot=names, write=messages.append)
+    listed = inputs.collect(spark, str(folder), None)
+    report, results = job.run(spark, listed, out, snapshot=names, write=messages.append)
 
     assert results is not None and report.problems() == []
     assert [Path(f.path).name for f in report.files] == [p.name for p in files]
@@ -221,6 +222,39 @@ def test_binlog_counts_equal_the_workload(
     assert any("decode 3 binlog" in m for m in messages) and any("done in" in m for m in messages)
 
 
+def test_binlogs_named_by_uris_and_hadoop_globs(spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path) -> None:
+    """Names only Hadoop resolves: a file:// URI of a directory and of a file, and a brace glob over two folders.
+
+    Python's open() takes none of them; the tasks get the files' bytes from Spark.
+    """
+    server, schema = fresh_schema
+    w, files = run_workload(server, schema)
+    first = archive(files[:1], tmp_path / "first")
+    rest = archive(files[1:], tmp_path / "rest")
+    names = {
+        "glob": f"file://{tmp_path}/{{first,rest}}/{{{','.join(p.name for p in files)}}}",
+        "uris": f"file://{rest},file://{first / files[0].name}",
+    }
+    for how, spec in names.items():
+        out = tmp_path / f"out-{how}"
+        listed = inputs.collect(spark, spec, None)
+        assert listed.missing == [] and len(listed.binlogs) == 3, how
+        assert all(uri.startswith("file:/") for uri in listed.binlogs), how
+        report, _ = job.run(spark, listed, out, write=lambda _: None)
+        assert report.problems() == [] and sorted(Path(f.path).name for f in report.files) == [p.name for p in files]
+        assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly(), how
+        assert table_counts(spark, out, "usage_daily", schema, "start") == w.daily(), how
+        assert column_counts(spark, out, schema) == expected_columns(w, server), how
+
+
+def test_input_names_split_on_commas_outside_glob_braces() -> None:
+    assert inputs.split_names(" a/b.*, hdfs://nn/x/{c,d}/binlog.{000001,000002} ,,e ") == [
+        "a/b.*",
+        "hdfs://nn/x/{c,d}/binlog.{000001,000002}",
+        "e",
+    ]
+
+
 def test_binlog_without_names_uses_positions(spark: Any, mariadb_no_metadata: MariaDB, tmp_path: Path) -> None:
     """No metadata and no snapshot: counts are still exact, columns are @1, @2..."""
     server = mariadb_no_metadata
@@ -231,7 +265,7 @@ def test_binlog_without_names_uses_positions(spark: Any, mariadb_no_metadata: Ma
     finally:
         server.execute(f"DROP DATABASE IF EXISTS `{schema}`")
     out = tmp_path / "out"
-    job.run(spark, inputs.collect(",".join(str(p) for p in files), None), out, write=lambda _: None)
+    job.run(spark, inputs.collect(spark, ",".join(str(p) for p in files), None), out, write=lambda _: None)
     assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly()
     columns = column_counts(spark, out, schema)
     assert columns[("orders", "@4")] == (w.changed[("orders", "status")], w.updates["orders"])
@@ -253,7 +287,7 @@ def test_change_logs_count_like_the_workload(spark: Any, fresh_schema: tuple[Mar
     assert sorted(p.name for p in (tmp_path / "text").iterdir()) == ["relaylogs-20240301.txt", "relaylogs-20240302.txt"]
 
     out = tmp_path / "out-json"
-    report, _ = job.run(spark, inputs.collect(None, str(tmp_path / "json")), out, write=lambda _: None)
+    report, _ = job.run(spark, inputs.collect(spark, None, str(tmp_path / "json")), out, write=lambda _: None)
     assert report.problems() == [] and len(report.files) == 2
     assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly()
     assert table_counts(spark, out, "usage_daily", schema, "start") == w.daily()
@@ -261,7 +295,7 @@ def test_change_logs_count_like_the_workload(spark: Any, fresh_schema: tuple[Mar
 
     # The text layout has no transaction identity (0), and leaves TEXT columns out.
     out = tmp_path / "out-text"
-    report, _ = job.run(spark, inputs.collect(None, str(tmp_path / "text")), out, write=lambda _: None)
+    report, _ = job.run(spark, inputs.collect(spark, None, str(tmp_path / "text")), out, write=lambda _: None)
     assert report.problems() == []
     no_transactions = {key: (*counts[:3], 0) for key, counts in w.hourly().items()}
     assert table_counts(spark, out, "usage_hourly", schema, "hour") == no_transactions
@@ -273,7 +307,7 @@ def test_change_logs_count_like_the_workload(spark: Any, fresh_schema: tuple[Mar
     write_change_logs(files, both, schema, {"text", "json"})
     out = tmp_path / "out-both"
     archived = archive(files, tmp_path / "binlogs")
-    report, _ = job.run(spark, inputs.collect(str(archived), str(both)), out, write=lambda _: None)
+    report, _ = job.run(spark, inputs.collect(spark, str(archived), str(both)), out, write=lambda _: None)
     assert [s[1] for s in report.skipped] == ["the same day's .jsonl file is read instead"] * 2
     assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly()
 
@@ -288,7 +322,7 @@ def test_text_log_of_the_original(tmp_path: Path) -> None:
         b"23:10:00;shop;items;D;id;NULL\n"
     )
     tally = FileTally(sources.LOG, str(path))
-    sources.read_log(tally, str(path), "Europe/Brussels", frozenset())
+    sources.read_log(tally, str(path), path.read_bytes(), "Europe/Brussels", frozenset())
     day = D1 + 9 * DAY  # 2024-03-10, UTC+1 in Brussels
     assert tally.usage == {
         (day, "shop", "orders"): [1, 1, 0, 0],  # 01:30 and 01:59 local = 00:xx UTC
@@ -309,6 +343,7 @@ def test_bad_inputs_are_reported_and_skipped(spark: Any, fresh_schema: tuple[Mar
     flipped[len(data) // 2] ^= 0xFF
     (folder / "binlog.900003").write_bytes(bytes(flipped))  # a checksum mismatch
     (folder / "binlog.900004").write_bytes(b"not a binlog at all")
+    (folder / "binlog.900005").write_bytes(b"")  # an empty file: its task gets zero bytes
     logs = tmp_path / "logs"
     write_change_logs(files, logs, schema, {"json"})
     good_json = (logs / "relaylogs-20240301.jsonl").read_bytes()
@@ -318,45 +353,56 @@ def test_bad_inputs_are_reported_and_skipped(spark: Any, fresh_schema: tuple[Mar
     out = tmp_path / "out"
     report, _ = job.run(
         spark,
-        inputs.collect(f"{folder},{tmp_path / 'nowhere'}", str(logs / "*.jsonl") + "," + str(logs / "*.txt")),
+        inputs.collect(
+            spark,
+            f"{folder},{tmp_path / 'nowhere'},nosuch://archive/binlog.*,{folder}/nothing.*",
+            str(logs / "*.jsonl") + "," + str(logs / "*.txt"),
+        ),
         out,
         write=lambda _: None,
     )
     problems = "\n".join(report.problems())
     assert f"{tmp_path / 'nowhere'}: no such file or directory" in problems
+    assert 'nosuch://archive/binlog.*: No FileSystem for scheme "nosuch"' in problems
+    assert f"{folder}/nothing.*: no file matches" in problems
     failed = {Path(f.path).name: f.error for f in report.failed}
     assert set(failed) == {
         "binlog.900001",
         "binlog.900002",
         "binlog.900003",
         "binlog.900004",
+        "binlog.900005",
         "relaylogs-20240305.jsonl",
         "relaylogs-20240306.txt",
     }
     assert "needs" in failed["binlog.900001"] and "left" in failed["binlog.900001"]
     assert "checksum" in failed["binlog.900003"]
-    assert "not a binlog file" in failed["binlog.900004"]
+    assert "not a binlog file" in failed["binlog.900004"] and "not a binlog file" in failed["binlog.900005"]
     assert "truncated" in failed["relaylogs-20240305.jsonl"]
     assert "line 2: not a change log line" in failed["relaylogs-20240306.txt"]
     # The good binlogs and logs still count (the JSON logs of the same binlog files are not counted twice).
     assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly()
     saved = json.loads((out / f"run-{report.run}.json").read_text())
-    assert len([f for f in saved["files"] if f["error"]]) == 6
+    assert len([f for f in saved["files"] if f["error"]]) == 7
 
 
 @pytest.mark.django_db
 def test_results_load_into_the_store(spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path) -> None:
-    from relay.models import UsageHistory
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from relay.models import ColumnChangeHistory, UsageHistory
     from relay.pipeline.load import load_results
 
     server, schema = fresh_schema
     w, files = run_workload(server, schema)
     for attempt in (1, 2):  # a second run over the same archives replaces, never adds
         report, results = job.run(
-            spark, inputs.collect(",".join(map(str, files)), None), tmp_path / "out", write=lambda _: None
+            spark, inputs.collect(spark, ",".join(map(str, files)), None), tmp_path / "out", write=lambda _: None
         )
         loaded = load_results(results, report.run)
         assert loaded["hour"] >= len(w.hourly()) and loaded["day"] >= len(w.daily()), attempt
+        assert loaded["columns"] >= len(expected_columns(w, server)), attempt
 
     def stored(period: str) -> dict[tuple[int, str], tuple[int, int, int, int]]:
         rows = UsageHistory.objects.filter(period=period, schema_name=schema)
@@ -367,6 +413,31 @@ def test_results_load_into_the_store(spark: Any, fresh_schema: tuple[MariaDB, st
 
     assert stored("hour") == w.hourly()
     assert stored("day") == w.daily()
+
+    # Column changes per UTC day: orders and customers are updated on the first day, customers' names on the second.
+    columns = list(ColumnChangeHistory.objects.filter(schema_name=schema))
+    assert all(r.run == report.run for r in columns)
+    assert {str(r.day) for r in columns} == {"2024-03-01", "2024-03-02"}
+    second_day = {(r.table_name, r.column_name): r.changed for r in columns if str(r.day) == "2024-03-02"}
+    assert second_day[("customers", "name")] == w.changed[("customers", "name")]
+    changed: Counter[tuple[str, str]] = Counter()
+    compared: Counter[tuple[str, str]] = Counter()
+    for r in columns:
+        changed[(r.table_name, r.column_name)] += r.changed
+        compared[(r.table_name, r.column_name)] += r.compared
+    assert {key: (changed[key], compared[key]) for key in compared} == expected_columns(w, server)
+
+    # The table usage page lists, per table, each column's changed and compared UPDATE rows over the loaded days.
+    browser = Client()
+    browser.force_login(User.objects.create_user("viewer", password="x" * 12))
+    page = browser.get("/usage/", {"q": schema}).content.decode()
+    assert "Column changes on UPDATE" in page
+    for table in w.updates:
+        assert f'<h3 class="mono">{schema}.{table} <span class="muted">2024-03-01' in page
+    for (table, column), (times, rows) in expected_columns(w, server).items():
+        section = page[page.index(f'<h3 class="mono">{schema}.{table} ') :].split("</table>")[0]
+        cells = f'<td><span class="mono">{column}</span></td><td class="num">{times}</td><td class="num">{rows}</td>'
+        assert cells in section, (table, column)
 
 
 def test_partial_row_images_compare_only_present_columns(
@@ -392,7 +463,7 @@ def test_partial_row_images_compare_only_present_columns(
     last = server.binlog_position()[0]
     files = [str(p) for p in server.binlog_files() if first <= p.name < last]
     out = tmp_path / "out"
-    job.run(spark, inputs.collect(",".join(files), None), out, write=lambda _: None)
+    job.run(spark, inputs.collect(spark, ",".join(files), None), out, write=lambda _: None)
     daily = spark.read.parquet(str(out / "usage_daily")).where(f"schema_name = '{schema}'").collect()
     assert [(r.table_name, r.updates) for r in daily] == [("t", 5)]
     assert column_counts(spark, out, schema) == {("t", "id"): (0, 2), ("t", "qty"): (2, 2), ("t", "note"): (0, 2)}

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.pipeline import sources
-from relay.pipeline.inputs import Inputs
+from relay.pipeline.inputs import Inputs, base_name
 from relay.pipeline.progress import Progress
 from relay.pipeline.tally import COLUMN, FILE, HOURLY, USAGE
 
@@ -112,16 +112,42 @@ def build_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
     return session
 
 
-def decode_partition(
-    tasks: Iterable[tuple[str, str]], snapshot: Any, log_timezone: str, skip_binlogs: frozenset[str]
+def decode_file(
+    source: str,
+    path: str,
+    pairs: Iterable[tuple[str, bytes]],
+    snapshot: Any,
+    log_timezone: str,
+    skip_binlogs: frozenset[str],
 ) -> Iterator[tuple]:
-    """The body of every task: its file (one per partition) read into partial counts."""
+    """The body of every task: the one file Spark read for it, counted into partial sums."""
     schema = snapshot.value if snapshot is not None else None
-    for source, path in tasks:
+
+    def read(tally: Any, name: str) -> None:
+        content = sources.only_content(pairs)
         if source == sources.BINLOG:
-            yield from sources.run_file(source, path, sources.read_binlog, schema)
+            sources.read_binlog(tally, name, content, schema)
         else:
-            yield from sources.run_file(source, path, sources.read_log, log_timezone, skip_binlogs)
+            sources.read_log(tally, name, content, log_timezone, skip_binlogs)
+
+    return sources.run_file(source, path, read)
+
+
+def input_tasks(inputs: Inputs) -> list[tuple[str, str]]:
+    """(source, URI) of every input file, biggest first: Spark starts tasks in partition order, so no core is left
+    decoding a big file alone at the end while the others have finished."""
+    tasks = [(sources.BINLOG, p) for p in inputs.binlogs] + [(sources.LOG, p) for p in inputs.logs]
+    tasks.sort(key=lambda task: -inputs.sizes.get(task[1], 0))
+    return tasks
+
+
+def read_files(sc: Any, tasks: list[tuple[str, str]], body: Callable[..., Iterator[tuple]]) -> Any:
+    """One RDD partition per input file, its bytes read by Spark from whatever file system holds it.
+
+    ``binaryFiles`` over many files packs small ones into shared partitions; one ``binaryFiles`` per file keeps a
+    file the unit of work and of failure.
+    """
+    return sc.union([sc.binaryFiles(path).mapPartitions(partial(body, source, path)) for source, path in tasks])
 
 
 def _schemas() -> dict[str, Any]:
@@ -250,7 +276,7 @@ def run(
         write(f"missing input {what}: {why}")
     for what, why in inputs.skipped:
         write(f"skipped {what}: {why}")
-    tasks = [(sources.BINLOG, p) for p in inputs.binlogs] + [(sources.LOG, p) for p in inputs.logs]
+    tasks = input_tasks(inputs)
     if not tasks:
         write("no input files: nothing to do")
         report.seconds = time.monotonic() - started
@@ -259,12 +285,14 @@ def run(
     with Progress(sc, write, progress_interval) as progress:
         progress.step(f"decode {len(inputs.binlogs)} binlog and {len(inputs.logs)} change log files")
         snapshot_bc = sc.broadcast(snapshot) if snapshot else None
-        skip_binlogs = frozenset(Path(p).name for p in inputs.binlogs)
-        body = partial(decode_partition, snapshot=snapshot_bc, log_timezone=log_timezone, skip_binlogs=skip_binlogs)
-        # One partition per file: a file is the unit of work and of failure.
-        records = sc.parallelize(tasks, len(tasks)).mapPartitions(body).persist(StorageLevel.MEMORY_AND_DISK)
+        skip_binlogs = frozenset(base_name(p) for p in inputs.binlogs)
+        body = partial(decode_file, snapshot=snapshot_bc, log_timezone=log_timezone, skip_binlogs=skip_binlogs)
+        records = read_files(sc, tasks, body).persist(StorageLevel.MEMORY_AND_DISK)
         sc.setJobDescription("decode input files")
         report.files = [FileReport(*r[1:]) for r in records.filter(lambda r: r[0] == FILE).collect()]
+        # A file whose partition yielded nothing would otherwise vanish from the report without a word.
+        reported = {f.path for f in report.files}
+        report.files += [FileReport(s, p, 0, 0, 0.0, "Spark read nothing of it") for s, p in tasks if p not in reported]
         report.files.sort(key=lambda f: (f.source, f.path))
         report.decode_seconds = time.monotonic() - started
         for failed in report.failed:

@@ -1,13 +1,14 @@
-"""Readers that run inside Spark tasks: one input file in, its :class:`FileTally` records out.
+"""Readers that run inside Spark tasks: one input file's bytes in, its :class:`FileTally` records out.
 
-Every reader takes one file and never raises: whatever goes wrong with the file (missing, unreadable, truncated,
-corrupt, a decoder bug) becomes the error of that file's FILE record, and the file contributes no counts at all, so
-a half-read file never skews the totals. Nothing here imports Django or Spark, so the tasks need only ``binlog/``
-and this package on the executors.
+Spark reads the file (from whatever file system it lives on) and hands its task the bytes; a reader decodes them
+and never raises: whatever is wrong with the content (empty, truncated, corrupt, a decoder bug) becomes the error
+of that file's FILE record, and the file contributes no counts at all, so a half-read file never skews the totals.
+Nothing here imports Django or Spark, so the tasks need only ``binlog/`` and this package on the executors.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import time
@@ -55,18 +56,25 @@ def run_file(source: str, path: str, read: Any, *args: Any) -> Iterator[tuple]:
     return tally.records(time.perf_counter() - started)
 
 
+def only_content(pairs: Iterable[tuple[str, bytes]]) -> bytes:
+    """The bytes of the one file a task was given, from Spark's (path, bytes) pairs."""
+    contents = [content for _, content in pairs]
+    if len(contents) != 1:
+        raise InputError(f"Spark handed the task {len(contents)} files instead of one")
+    return contents[0]
+
+
 # -- binlog files -------------------------------------------------------------------------------------------------
 
 
-def read_binlog(tally: FileTally, path: str, snapshot: dict[str, Any] | None) -> None:
-    """Decodes one archived binlog file with ``binlog/`` and counts its committed transactions."""
-    from binlog import NOT_PRESENT, read_binlog_files
+def read_binlog(tally: FileTally, path: str, content: bytes, snapshot: dict[str, Any] | None) -> None:
+    """Decodes one archived binlog file's bytes with ``binlog/`` and counts its committed transactions."""
+    from binlog import NOT_PRESENT
+    from binlog.files import read_binlog_contents
     from relay.pipeline.snapshot import SnapshotProvider
 
-    if not Path(path).is_file():
-        raise InputError("no such file" if not Path(path).exists() else "not a regular file")
     provider = SnapshotProvider(snapshot) if snapshot else None
-    for tx in read_binlog_files([path], schema_provider=provider):
+    for tx in read_binlog_contents([(path, content)], schema_provider=provider):
         if not tx.changes:
             if tx.statements or tx.gtid:  # DDL or an empty transaction: counted per hour, not per table
                 tally.add_transaction(tx.timestamp, ())
@@ -95,13 +103,15 @@ def log_day(path: str) -> tuple[str, str]:
     return match["day"], match["ext"]
 
 
-def read_log(tally: FileTally, path: str, timezone: str, skip_binlogs: frozenset[str]) -> None:
+def read_log(tally: FileTally, path: str, content: bytes, timezone: str, skip_binlogs: frozenset[str]) -> None:
+    """Counts one change log file's bytes; ``skip_binlogs`` names binlog files whose changes the run counts from
+    the binlog files themselves."""
     day, ext = log_day(path)
-    with open(path, "rb") as handle:
-        if ext == "jsonl":
-            count_json_lines(tally, handle, skip_binlogs)
-        else:
-            count_text_lines(tally, handle, day, ZoneInfo(timezone))
+    lines = io.BytesIO(content)
+    if ext == "jsonl":
+        count_json_lines(tally, lines, skip_binlogs)
+    else:
+        count_text_lines(tally, lines, day, ZoneInfo(timezone))
 
 
 def _lines(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:

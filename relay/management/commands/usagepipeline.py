@@ -14,8 +14,12 @@ class Command(BaseCommand):
     help = "Count row changes per table per hour and day over archived binlogs and change logs; load the history."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--binlogs", metavar="DIR_OR_GLOB", help="binlog files: directories, globs, files (a,b)")
-        parser.add_argument("--logs", metavar="DIR_OR_GLOB", help="change log files (relaylogs-YYYYMMDD.txt/.jsonl)")
+        parser.add_argument(
+            "--binlogs", metavar="DIR_OR_GLOB", help="binlog files: directories, globs, files, URIs Spark reads (a,b)"
+        )
+        parser.add_argument(
+            "--logs", metavar="DIR_OR_GLOB", help="change log files (relaylogs-YYYYMMDD.txt/.jsonl), same forms"
+        )
         parser.add_argument("--out", required=True, metavar="PARQUET_DIR", help="where the Parquet outputs go")
         parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
         parser.add_argument(
@@ -42,13 +46,14 @@ class Command(BaseCommand):
                 raise CommandError(f"--conf {item!r}: expected KEY=VALUE")
             conf[key.strip()] = value.strip()
         schema = self._snapshot(options)
-        files = inputs.collect(options["binlogs"], options["logs"])
         from pyspark.sql import SparkSession
 
         # Inside a process that already runs Spark (a notebook, the tests) the session is reused and left running.
         own_session = SparkSession.getActiveSession() is None
         spark = job.build_session(options["master"], conf)
         try:
+            # Listed through Spark's Hadoop file systems: hdfs://, s3a://... work as well as local paths.
+            files = inputs.collect(spark, options["binlogs"], options["logs"])
             report, results = job.run(
                 spark,
                 files,
@@ -62,7 +67,10 @@ class Command(BaseCommand):
                 from relay.pipeline.load import load_results
 
                 loaded = load_results(results, report.run)
-                self.stdout.write(f"loaded {loaded['hour']} hourly and {loaded['day']} daily usage rows into the store")
+                self.stdout.write(
+                    f"loaded {loaded['hour']} hourly and {loaded['day']} daily usage rows and"
+                    f" {loaded['columns']} daily column change rows into the store"
+                )
         finally:
             if own_session:
                 spark.stop()
