@@ -8,6 +8,7 @@ import logging
 import shutil
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from binlog import read_binlog_files
 from relay.changelog import ChangeLog
 from relay.config import LoggerConfig
 from relay.pipeline import inputs, job, snapshot, sources
-from relay.pipeline.tally import DAY, HOUR, FileTally
+from relay.pipeline.tally import DAY, FILE, HOUR, FileTally
 from relay.sandbox import MariaDB
 
 pytestmark = pytest.mark.spark
@@ -223,10 +224,8 @@ def test_binlog_counts_equal_the_workload(
 
 
 def test_binlogs_named_by_uris_and_hadoop_globs(spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path) -> None:
-    """Names only Hadoop resolves: a file:// URI of a directory and of a file, and a brace glob over two folders.
-
-    Python's open() takes none of them; the tasks get the files' bytes from Spark.
-    """
+    """Names only Hadoop resolves: a file:// URI of a directory and of a file, and a brace glob over two folders
+    (Python's open() takes none of them)."""
     server, schema = fresh_schema
     w, files = run_workload(server, schema)
     first = archive(files[:1], tmp_path / "first")
@@ -245,6 +244,39 @@ def test_binlogs_named_by_uris_and_hadoop_globs(spark: Any, fresh_schema: tuple[
         assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly(), how
         assert table_counts(spark, out, "usage_daily", schema, "start") == w.daily(), how
         assert column_counts(spark, out, schema) == expected_columns(w, server), how
+
+
+def test_bytes_read_by_spark_and_local_files_read_in_chunks_count_the_same(
+    spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path
+) -> None:
+    """A file of a distributed file system reaches its task as the bytes Spark read (binaryFiles); a local one is
+    opened by its task and read in chunks. Forcing the first way on local files gives the same records."""
+    server, schema = fresh_schema
+    _w, files = run_workload(server, schema)
+    write_change_logs(files, tmp_path / "json", schema, {"json"})
+    write_change_logs(files, tmp_path / "text", schema, {"text"})
+    listed = inputs.collect(spark, ",".join(map(str, files)), f"{tmp_path / 'json'},{tmp_path / 'text'}")
+    tasks = job.input_tasks(listed)
+    assert len(tasks) == len(files) + 4 and all(sources.local_path(uri) for _, uri in tasks)
+    body = partial(job.decode_file, snapshot=None, log_timezone="UTC", skip_binlogs=frozenset())
+
+    def records(open_local: bool) -> list[tuple]:
+        found = job.read_files(spark.sparkContext, tasks, body, open_local=open_local).collect()
+        # A FILE record's fifth field is the seconds its task took.
+        return sorted(r[:5] + r[6:] if r[0] == FILE else r for r in found)
+
+    by_spark, by_task = records(False), records(True)
+    assert by_spark == by_task
+    file_records = [r for r in by_task if r[0] == FILE]
+    assert len(file_records) == len(tasks) and all(r[-1] is None and r[3] > 0 for r in file_records)
+
+
+def test_local_paths_of_file_uris() -> None:
+    assert sources.local_path("file:/archive/binlog.000001") == "/archive/binlog.000001"
+    assert sources.local_path("file:///a%20b/binlog.000001") == "/a b/binlog.000001"
+    assert sources.local_path("file://localhost/x") == "/x"
+    assert sources.local_path("hdfs://nn:8020/x") is None
+    assert sources.local_path("file://otherhost/x") is None
 
 
 def test_input_names_split_on_commas_outside_glob_braces() -> None:

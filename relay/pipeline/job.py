@@ -115,7 +115,7 @@ def build_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
 def decode_file(
     source: str,
     path: str,
-    pairs: Iterable[tuple[str, bytes]],
+    pairs: Iterable[tuple[str, bytes | None]],
     snapshot: Any,
     log_timezone: str,
     skip_binlogs: frozenset[str],
@@ -124,11 +124,11 @@ def decode_file(
     schema = snapshot.value if snapshot is not None else None
 
     def read(tally: Any, name: str) -> None:
-        content = sources.only_content(pairs)
-        if source == sources.BINLOG:
-            sources.read_binlog(tally, name, content, schema)
-        else:
-            sources.read_log(tally, name, content, log_timezone, skip_binlogs)
+        with sources.only_content(pairs) as content:
+            if source == sources.BINLOG:
+                sources.read_binlog(tally, name, content, schema)
+            else:
+                sources.read_log(tally, name, content, log_timezone, skip_binlogs)
 
     return sources.run_file(source, path, read)
 
@@ -141,13 +141,24 @@ def input_tasks(inputs: Inputs) -> list[tuple[str, str]]:
     return tasks
 
 
-def read_files(sc: Any, tasks: list[tuple[str, str]], body: Callable[..., Iterator[tuple]]) -> Any:
-    """One RDD partition per input file, its bytes read by Spark from whatever file system holds it.
+def read_files(
+    sc: Any, tasks: list[tuple[str, str]], body: Callable[..., Iterator[tuple]], *, open_local: bool = True
+) -> Any:
+    """One RDD partition per input file: a file is the unit of work and of failure.
 
-    ``binaryFiles`` over many files packs small ones into shared partitions; one ``binaryFiles`` per file keeps a
-    file the unit of work and of failure.
+    A file on another file system (``hdfs://``, ``s3a://``...) comes to its task as bytes read by Spark
+    (``binaryFiles``, one per file: over many files it would pack small ones into shared partitions). A ``file:``
+    URI is opened by the task itself and read in chunks, so a 1 GiB binlog never sits whole in a Python worker (a
+    ``file:`` path must exist on the executors either way). ``open_local=False`` has Spark read those too.
     """
-    return sc.union([sc.binaryFiles(path).mapPartitions(partial(body, source, path)) for source, path in tasks])
+    parts = []
+    for source, path in tasks:
+        task = partial(body, source, path)
+        if open_local and sources.local_path(path) is not None:
+            parts.append(sc.parallelize([(path, None)], 1).mapPartitions(task))
+        else:
+            parts.append(sc.binaryFiles(path).mapPartitions(task))
+    return sc.union(parts)
 
 
 def _schemas() -> dict[str, Any]:

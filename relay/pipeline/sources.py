@@ -1,13 +1,15 @@
-"""Readers that run inside Spark tasks: one input file's bytes in, its :class:`FileTally` records out.
+"""Readers that run inside Spark tasks: one input file's content in, its :class:`FileTally` records out.
 
-Spark reads the file (from whatever file system it lives on) and hands its task the bytes; a reader decodes them
-and never raises: whatever is wrong with the content (empty, truncated, corrupt, a decoder bug) becomes the error
-of that file's FILE record, and the file contributes no counts at all, so a half-read file never skews the totals.
-Nothing here imports Django or Spark, so the tasks need only ``binlog/`` and this package on the executors.
+Spark reads a file of a distributed file system and hands its task the bytes; a local file is opened by the task
+and read in chunks (``only_content``). A reader decodes the content and never raises: whatever is wrong with it
+(empty, truncated, corrupt, a decoder bug) becomes the error of that file's FILE record, and the file contributes no
+counts at all, so a half-read file never skews the totals. Nothing here imports Django or Spark, so the tasks need
+only ``binlog/`` and this package on the executors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -15,7 +17,8 @@ import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+from urllib.parse import unquote, urlparse
 from zoneinfo import ZoneInfo
 
 from relay.pipeline.tally import FileTally, changed_columns
@@ -56,18 +59,36 @@ def run_file(source: str, path: str, read: Any, *args: Any) -> Iterator[tuple]:
     return tally.records(time.perf_counter() - started)
 
 
-def only_content(pairs: Iterable[tuple[str, bytes]]) -> bytes:
-    """The bytes of the one file a task was given, from Spark's (path, bytes) pairs."""
-    contents = [content for _, content in pairs]
+def local_path(uri: str) -> str | None:
+    """The local path of a ``file:`` URI (as Hadoop lists local files), None for any other file system."""
+    if not uri.startswith("file:"):
+        return None
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.netloc in ("", "localhost") else None
+
+
+@contextlib.contextmanager
+def only_content(pairs: Iterable[tuple[str, bytes | None]]) -> Iterator[BinaryIO | bytes]:
+    """The content of the one file a task was given, from (URI, bytes) pairs: the bytes Spark read, or (bytes None)
+    the local file itself, open for reading in chunks while the ``with`` lasts."""
+    contents = list(pairs)
     if len(contents) != 1:
         raise InputError(f"Spark handed the task {len(contents)} files instead of one")
-    return contents[0]
+    uri, content = contents[0]
+    if content is not None:
+        yield content
+        return
+    path = local_path(uri)
+    if path is None:
+        raise InputError(f"{uri}: not a local file and Spark read nothing of it")
+    with open(path, "rb") as handle:
+        yield handle
 
 
 # -- binlog files -------------------------------------------------------------------------------------------------
 
 
-def read_binlog(tally: FileTally, path: str, content: bytes, snapshot: dict[str, Any] | None) -> None:
+def read_binlog(tally: FileTally, path: str, content: BinaryIO | bytes, snapshot: dict[str, Any] | None) -> None:
     """Decodes one archived binlog file's bytes with ``binlog/`` and counts its committed transactions."""
     from binlog import NOT_PRESENT
     from binlog.files import read_binlog_contents
@@ -103,11 +124,13 @@ def log_day(path: str) -> tuple[str, str]:
     return match["day"], match["ext"]
 
 
-def read_log(tally: FileTally, path: str, content: bytes, timezone: str, skip_binlogs: frozenset[str]) -> None:
+def read_log(
+    tally: FileTally, path: str, content: BinaryIO | bytes, timezone: str, skip_binlogs: frozenset[str]
+) -> None:
     """Counts one change log file's bytes; ``skip_binlogs`` names binlog files whose changes the run counts from
     the binlog files themselves."""
     day, ext = log_day(path)
-    lines = io.BytesIO(content)
+    lines = io.BytesIO(content) if isinstance(content, bytes) else content
     if ext == "jsonl":
         count_json_lines(tally, lines, skip_binlogs)
     else:
