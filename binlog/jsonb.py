@@ -168,6 +168,26 @@ def _open(buf: memoryview, t: int, pos: int, limit: int) -> _Container:
     return _Container(is_object, large, pos, size, count)
 
 
+def _inlined(buf: memoryview, vt: int, field: int, entry_at: int) -> str:
+    """The text of a value stored in its value entry (at ``entry_at``; ``field`` is the entry's offset field)."""
+    if vt == LITERAL:
+        return _literal(buf[entry_at + 1], entry_at + 1)
+    if vt == INT16:
+        return str(_I16.unpack_from(buf, entry_at + 1)[0])
+    if vt == INT32:
+        return str(_I32.unpack_from(buf, entry_at + 1)[0])
+    if vt == UINT16:  # little-endian, so the low 16 bits of either field width
+        return str(field & 0xFFFF)
+    return str(field)  # UINT32, inlined in large containers only
+
+
+def _outside(entry_at: int, vt: int, value_at: int, base: int, size: int) -> ValueError:
+    return ValueError(
+        f"JSON value entry at offset {entry_at} (type 0x{vt:02x}) points to offset {value_at}, "
+        f"outside its container at {base}..{base + size}"
+    )
+
+
 def _render_container(buf: memoryview, t: int, pos: int, limit: int, out: list[str]) -> None:
     append = out.append
     frame = _open(buf, t, pos, limit)
@@ -205,23 +225,11 @@ def _render_container(buf: memoryview, t: int, pos: int, limit: int, out: list[s
             vt, field = val_struct.unpack_from(buf, entry_at)
             i += 1
             if vt in inlined:
-                if vt == LITERAL:
-                    append(_literal(buf[entry_at + 1], entry_at + 1))
-                elif vt == INT16:
-                    append(str(_I16.unpack_from(buf, entry_at + 1)[0]))
-                elif vt == INT32:
-                    append(str(_I32.unpack_from(buf, entry_at + 1)[0]))
-                elif vt == UINT16:  # little-endian, so the low 16 bits of either field width
-                    append(str(field & 0xFFFF))
-                else:  # UINT32, inlined in large containers only
-                    append(str(field))
+                append(_inlined(buf, vt, field, entry_at))
                 continue
             value_at = base + field
             if field >= size or value_at < header_end:
-                raise ValueError(
-                    f"JSON value entry at offset {entry_at} (type 0x{vt:02x}) points to offset {value_at}, "
-                    f"outside its container at {base}..{base + size}"
-                )
+                raise _outside(entry_at, vt, value_at, base, size)
             if vt <= LARGE_ARRAY:
                 descend = (vt, value_at)
                 break
@@ -616,21 +624,11 @@ def _expand(raw: _Raw) -> dict[str, _Node] | list[_Node]:
         entry_at = entries + i * _VAL_SIZE[large]
         vt, field = _VAL[large].unpack_from(buf, entry_at)
         if vt in _INLINED[large]:
-            if vt == LITERAL:
-                values.append(_literal(buf[entry_at + 1], entry_at + 1))
-            elif vt == INT16:
-                values.append(str(_I16.unpack_from(buf, entry_at + 1)[0]))
-            elif vt == INT32:
-                values.append(str(_I32.unpack_from(buf, entry_at + 1)[0]))
-            else:  # UINT16, or UINT32 in a large container: the low bits of the field
-                values.append(str(field & 0xFFFF if vt == UINT16 else field))
+            values.append(_inlined(buf, vt, field, entry_at))
             continue
         value_at = base + field
         if field >= size or value_at < header_end:
-            raise ValueError(
-                f"JSON value entry at offset {entry_at} (type 0x{vt:02x}) points to offset {value_at}, "
-                f"outside its container at {base}..{base + size}"
-            )
+            raise _outside(entry_at, vt, value_at, base, size)
         if vt <= LARGE_ARRAY:
             values.append(_Raw(buf, vt, value_at, base + size))
         else:
