@@ -17,8 +17,9 @@ from django.db.models import F, Q, QuerySet, Sum
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
 
-from relay import store
+from relay import rowcodec, store
 from relay.dashboard import client_status, event_type_name
 from relay.models import (
     Change,
@@ -273,11 +274,43 @@ class QueueStateAdmin(ReadOnlyAdmin):
 @admin.register(Change)
 class ChangeAdmin(ReadOnlyAdmin):
     list_display = ("id", "kind", "schema_name", "table_name", "binlog_file", "binlog_pos", "row_index", "timestamp")
+    # The stored ``data`` is an encoding (relay/rowcodec.py): the page shows the decoded columns instead.
+    fields = (
+        "kind",
+        "schema_name",
+        "table_name",
+        "binlog_file",
+        "binlog_pos",
+        "row_index",
+        "timestamp",
+        "gtid",
+        "column_values",
+    )
+    readonly_fields = fields
     list_filter = ("kind",)
     search_fields = ("=schema_name", "=table_name", "=binlog_file", "gtid")
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     ordering = ("-id",)
+
+    @admin.display(description="columns")
+    def column_values(self, obj: Change) -> str:
+        rows = ((c.name, _shown(c.before), _shown(c.after)) for c in rowcodec.decode(obj.data))
+        return format_html(
+            "<table><tr><th>column</th><th>before</th><th>after</th></tr>{}</table>",
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
+
+
+def _shown(value: object) -> str:
+    """A stored value for a person: NULL and missing say so, binary data is shown as hex."""
+    if value is None:
+        return "NULL"
+    if value is rowcodec.MISSING:
+        return "(not in the row image)"
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    return str(value)
 
 
 @admin.register(QueueEntry)

@@ -213,3 +213,20 @@ def test_staff_without_permissions_see_no_actions(client: HttpClient, filled) ->
     assert "No action selected" in html or "purge_queues" not in html
     action(client, "eventcount", "reset_all_statistics", [EventCount.objects.first().pk])
     assert EventCount.objects.exclude(count=0).exists()
+
+
+def test_change_page_shows_the_decoded_columns(staff: HttpClient, filled) -> None:
+    """The stored encoding is not shown; each column's before and after values are, escaped, bytes as hex."""
+    from relay.models import Change
+
+    insert = Change.objects.filter(table_name="orders", kind=1).order_by("pk").first()
+    assert insert is not None
+    html = staff.get(reverse("admin:relay_change_change", args=[insert.pk])).content.decode()
+    assert insert.data not in html
+    assert "<td>photo</td><td>(not in the row image)</td><td>0x00ff62696e</td>" in html
+    assert "<td>id</td><td>(not in the row image)</td>" in html
+    assert HOSTILE not in html
+    update = Change.objects.filter(table_name="orders", kind=2, data__isnull=False).order_by("pk").first()
+    assert update is not None
+    html = staff.get(reverse("admin:relay_change_change", args=[update.pk])).content.decode()
+    assert "<td>photo</td><td>0x00ff62696e</td><td>0x00ff62696e</td>" in html
