@@ -46,9 +46,10 @@ def payload_sum(payload: bytes | bytearray | memoryview) -> int:
     if size < _SUM_CHUNKED_FROM:
         return sum(payload)
     view = memoryview(payload)
-    return sum([_adler32(view[at : at + _SUM_CHUNK]) & 0xFFFF for at in range(0, size, _SUM_CHUNK)]) - (
-        size + _SUM_CHUNK - 1
-    ) // _SUM_CHUNK
+    return (
+        sum([_adler32(view[at : at + _SUM_CHUNK]) & 0xFFFF for at in range(0, size, _SUM_CHUNK)])
+        - (size + _SUM_CHUNK - 1) // _SUM_CHUNK
+    )
 
 
 class RequestHeader(NamedTuple):
