@@ -1,11 +1,10 @@
 """Stored changes into the bytes of the wire: POLL and POLLV2 payloads, FETCH records.
 
 A change's columns are kept in one of rowcodec's two forms (relay/rowcodec.py). The record form holds the FETCH
-record's column bytes already: a FETCH record is its fixed fields followed by those bytes as they are. The JSON
-form (older stores) is rendered column by column. For POLL and POLLV2 either form becomes the (name, before, after)
-tuples the clientproto encoders take: ``bytes`` for a value, ``None`` for SQL NULL, ``ABSENT`` for an image the
-event does not carry or a column a partial row image left out. The legacy encoders render NULL as the text ``NULL``
-and ABSENT as ``""``, as the original clients expect.
+record's column bytes already: a FETCH record is its fixed fields followed by those bytes as they are. Otherwise, and
+for POLL and POLLV2, the columns become the (name, before, after) tuples the clientproto encoders take: ``bytes`` for
+a value, ``None`` for SQL NULL, ``ABSENT`` for an image the event does not carry or a column a partial row image left
+out. The legacy encoders render NULL as the text ``NULL`` and ABSENT as ``""``, as the original clients expect.
 """
 
 from __future__ import annotations
@@ -16,10 +15,10 @@ import struct
 import threading
 from collections.abc import Sequence
 
-from clientproto import ABSENT, Result, decode_columns, encode_poll, encode_pollv2, encode_record
+from clientproto import ABSENT, Result, decode_columns, encode_columns, encode_poll, encode_pollv2, encode_record
 from clientproto.header import encode_reply
 from clientproto.records import InValue
-from clientproto.wire import EMPTY_LSTRING, NUL, U32, name_lstring, text_lstring
+from clientproto.wire import EMPTY_LSTRING, name_lstring, text_lstring
 from relay.rowcodec import record_columns
 from relay.store import StoredEntry
 
@@ -132,11 +131,7 @@ _TAIL_HEAD = struct.Struct("<BIQI")
 _RECORD_HEAD = struct.Struct("<IQ")
 #: The FETCH reply payload's head: RecordCount, QueueSize.
 _FETCH_HEAD = struct.Struct("<IQ")
-_pack_u32 = U32.pack
 _pack_record_head = _RECORD_HEAD.pack
-# Column flags (clientproto ColumnFlags), combined as the encoder combines them.
-_BN, _AN, _BA, _AA = 0x01, 0x02, 0x04, 0x08
-_FLAGS = [bytes([i]) for i in range(16)]
 _NAMES: dict[str, bytes] = {}
 
 
@@ -149,92 +144,25 @@ def _name(name: str) -> bytes:
     return encoded
 
 
-def _side(value: object, null_flag: int, absent_flag: int) -> tuple[int, bytes | None]:
-    """A stored value as (its flag, its bytes or None): :func:`_value` for the record encoder."""
-    if value is None:
-        return null_flag, None
-    if type(value) is str:
-        return 0, _text_bytes(value)
-    if isinstance(value, dict):
-        if "x" in value:
-            return 0, base64.b64decode(value["x"])
-        return absent_flag, None
-    return 0, _text_bytes(str(value))
-
-
 def fetch_tail(entry: StoredEntry) -> bytes:
     """The FETCH record of ``entry`` after its RecordSize and Seq: the same for every client queueing the change.
 
-    Byte for byte ``fetch_record(entry)[12:]``: the fixed fields, then the stored column bytes (record form) or the
-    columns rendered in one pass from the stored JSON (JSON form).
+    Byte for byte ``fetch_record(entry)[12:]``: the fixed fields, then the stored column bytes (record form), or the
+    columns encoded here from the JSON form (older stores, and text that is not valid UTF-8).
     """
     columns = record_columns(entry.data)
-    if columns is not None:
-        return b"".join(
-            (
-                _TAIL_HEAD.pack(entry.kind, entry.timestamp & 0xFFFFFFFF, entry.binlog_pos, entry.row_index),
-                _name(entry.binlog_file),
-                text_lstring(entry.gtid) if entry.gtid else EMPTY_LSTRING,
-                _name(entry.schema_name),
-                _name(entry.table_name),
-                columns,
-            )
+    if columns is None:
+        columns = encode_columns(columns_of(entry.data))
+    return b"".join(
+        (
+            _TAIL_HEAD.pack(entry.kind, entry.timestamp & 0xFFFFFFFF, entry.binlog_pos, entry.row_index),
+            _name(entry.binlog_file),
+            text_lstring(entry.gtid) if entry.gtid else EMPTY_LSTRING,
+            _name(entry.schema_name),
+            _name(entry.table_name),
+            columns,
         )
-    return _json_tail(entry)
-
-
-def _json_tail(entry: StoredEntry) -> bytes:
-    parsed = _loads(entry.data)
-    names: list[str] = parsed["c"]
-    before = parsed["b"]
-    after = parsed["a"]
-    parts = [
-        _TAIL_HEAD.pack(entry.kind, entry.timestamp & 0xFFFFFFFF, entry.binlog_pos, entry.row_index),
-        _name(entry.binlog_file),
-        text_lstring(entry.gtid) if entry.gtid else EMPTY_LSTRING,
-        _name(entry.schema_name),
-        _name(entry.table_name),
-        b"",  # ColumnCount, once known
-    ]
-    append = parts.append
-    count = 0
-    if before is None or after is None:
-        # INSERT or DELETE: one image, the other side is absent for every column.
-        image = before if after is None else after
-        other_absent, null_flag, absent_flag = (_BA, _AN, _AA) if after is not None else (_AA, _BN, _BA)
-        for name, value in zip(names, image or (), strict=False):
-            count += 1
-            append(_name(name))
-            if type(value) is str:
-                data = value.encode("utf-8") if value.isascii() else _text_bytes(value)
-                append(_FLAGS[other_absent])
-                append(_pack_u32(len(data) + 1))
-                append(data)
-                append(NUL)
-                continue
-            flag, data2 = _side(value, null_flag, absent_flag)
-            append(_FLAGS[other_absent | flag])
-            if data2 is not None:
-                append(_pack_u32(len(data2) + 1))
-                append(data2)
-                append(NUL)
-    else:
-        for name, b, a in zip(names, before, after, strict=False):
-            count += 1
-            append(_name(name))
-            before_flag, before_data = _side(b, _BN, _BA)
-            after_flag, after_data = _side(a, _AN, _AA)
-            append(_FLAGS[before_flag | after_flag])
-            if before_data is not None:
-                append(_pack_u32(len(before_data) + 1))
-                append(before_data)
-                append(NUL)
-            if after_data is not None:
-                append(_pack_u32(len(after_data) + 1))
-                append(after_data)
-                append(NUL)
-    parts[5] = _pack_u32(count)
-    return b"".join(parts)
+    )
 
 
 class RenderCache:
