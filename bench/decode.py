@@ -4,10 +4,11 @@
     .venv/bin/python bench/decode.py --rows 20000 --runs 3
 
 It starts a private MariaDB (``--binlog-row-metadata=FULL``), writes the workload to its binlog, then times each
-decoder over that span ``--runs`` times and prints the median rows/s (a row is one row change: an insert, or an
-update with its before and after images) and the ratios. Rates are per CPU second of the decoding process (and, for
-``mariadb-binlog``, of the child process), so a busy machine skews them less than wall time (shown too); the
-stream decoders' figures leave out the server's own work of sending the events. The decoders:
+decoder over that span ``--runs`` times (ours with its value memos emptied before each run) and prints the median
+rows/s (a row is one row change: an insert, or an update with its before and after images) and the ratios. Rates are
+per CPU second of the decoding process (and, for ``mariadb-binlog``, of the child process), so a busy machine skews
+them less than wall time (shown too); the stream decoders' figures leave out the server's own work of sending the
+events. The decoders:
 
 * ours, files: ``read_binlog_files`` on the binlog files;
 * ours, stream: ``BinlogStream`` (non-blocking) over the replication protocol;
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from binlog import BinlogStream, Position, SourceSettings, read_binlog_files  # noqa: E402
+from binlog.values import clear_memos  # noqa: E402
 from tests.harness.mariadb import MariaDB  # noqa: E402
 
 TABLE = """CREATE TABLE bench.t21 (
@@ -82,9 +84,14 @@ def _cpu_seconds() -> float:
 
 
 def time_runs(name: str, runs: int, decode: Callable[[], int], expected: int) -> float:
-    """Median rows per CPU second over ``runs`` runs (wall-clock rates shown alongside)."""
+    """Median rows per CPU second over ``runs`` runs (wall-clock rates shown alongside).
+
+    Each run starts with this package's value memos empty, as a new process would: a value rendered in an earlier run
+    of the same span must not make a later run look faster.
+    """
     rates, walls = [], []
     for _ in range(runs):
+        clear_memos()
         started, cpu = time.perf_counter(), _cpu_seconds()
         count = decode()
         elapsed, cpu = time.perf_counter() - started, _cpu_seconds() - cpu

@@ -100,8 +100,8 @@ _GLOBALS: dict[str, object] = {
     "NP": NOT_PRESENT,
     "RC": RowChange,
     "NEW": object.__new__,
-    "_float": _values.format_float,
-    "_double": _values.format_double,
+    "FLT": _values.FLOAT_BYTES,
+    "DBL": _values.DOUBLE_BYTES,
     "_date": _values.date_text,
     "_ts": _values.timestamp_text,
     "_dt2": _values.datetime2_text,
@@ -151,6 +151,9 @@ class _Builder:
 
     def unpacker(self, fmt: str) -> str:
         return self.const(struct.Struct("<" + fmt).unpack_from, "u")
+
+
+_UTF8_REPLACE = "{}.decode('utf-8', 'replace')"
 
 
 def _text_convert(column: ColumnInfo) -> str | None:
@@ -205,15 +208,15 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
         return [], f"{'UB' if column.unsigned else 'SB'}[buf[{at(0)}]]"
     if t in _INT_FORMATS:
         _size, signed, unsigned = _INT_FORMATS[t]
-        return [], f"'%d' % {b.unpacker(unsigned if column.unsigned else signed)}(buf, {at(0)})"
+        return [], f"str({b.unpacker(unsigned if column.unsigned else signed)}(buf, {at(0)})[0])"
     if t == MYSQL_TYPE_INT24:
         return [], f"str(_from(buf[{at(0)}:{at(3)}], 'little', signed={not column.unsigned}))"
     if t == MYSQL_TYPE_FLOAT:
-        return [], f"_float({b.unpacker('f')}(buf, {at(0)})[0])"
+        return [], f"FLT[buf[{at(0)}:{at(4)}]]"
     if t == MYSQL_TYPE_NEWDECIMAL:
         return _decimal(b, meta >> 8, meta & 0xFF, at(0))
     if t == MYSQL_TYPE_DOUBLE:
-        return [], f"_double({b.unpacker('d')}(buf, {at(0)})[0])"
+        return [], f"DBL[buf[{at(0)}:{at(8)}]]"
     if t == MYSQL_TYPE_YEAR:
         return [], f"YEAR[buf[{at(0)}]]"
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
@@ -356,7 +359,15 @@ def _emit_variable(b: _Builder, column: ColumnInfo, var: str, ind: str) -> None:
     # n = end of the value relative to p
     raw = f"buf[p + {width}:p + n]"
     b.lines.append(f"{ind}n = {length} + {width}")
-    b.lines.append(f"{ind}{var} = {convert.format(raw) if convert else raw}; p += n")
+    if convert == _UTF8_REPLACE:
+        # Valid UTF-8 (nearly always) decodes faster with the default arguments; the rest is decoded again.
+        b.lines += [
+            f"{ind}try: {var} = {raw}.decode()",
+            f"{ind}except UnicodeDecodeError: {var} = {convert.format(raw)}",
+        ]
+        b.lines.append(f"{ind}p += n")
+    else:
+        b.lines.append(f"{ind}{var} = {convert.format(raw) if convert else raw}; p += n")
     if padded_binary:
         b.lines.append(f"{ind}if n - {width} < {padded_binary}: {var} += bytes({padded_binary + width} - n)")
 
@@ -368,15 +379,11 @@ def _le_code(column: ColumnInfo) -> str:
         return _INT_FORMATS[t][2 if column.unsigned else 1]
     if t == MYSQL_TYPE_INT24:
         return "HB" if column.unsigned else "Hb"  # low 16 bits, then the (signed) high byte
-    return {MYSQL_TYPE_FLOAT: "f", MYSQL_TYPE_DOUBLE: "d"}.get(t, "")
+    return ""
 
 
 def _from_number(column: ColumnInfo, var: str) -> list[str]:
     """Statements turning the unpacked number in ``var`` into its text."""
-    if column.type_code == MYSQL_TYPE_FLOAT:
-        return [f"{var} = _float({var})"]
-    if column.type_code == MYSQL_TYPE_DOUBLE:
-        return [f"{var} = _double({var})"]
     if column.type_code == MYSQL_TYPE_INT24:
         return [f"{var} = str({var} | h{var} << 16)"]
     return [f"{var} = str({var})"]

@@ -13,6 +13,8 @@ from typing import Any
 
 ZERO_DATE = "0000-00-00"
 _unpack_f = struct.Struct("<f").unpack
+_unpack_d = struct.Struct("<d").unpack
+_pack_d = struct.Struct("<d").pack
 _pack_f = struct.Struct("<f").pack
 
 # Bytes of a decimal digit group of 0..9 digits (MySQL's dig2bytes).
@@ -48,12 +50,9 @@ def _digits_of(text: str) -> tuple[bool, str, int]:
     return negative, digits, decpt
 
 
-@lru_cache(maxsize=131072)
-def format_double(value: float) -> str:
-    """DOUBLE as the shortest text that reads back to the same double, in MariaDB's notation.
-
-    Cached: finding the shortest digits is the costly part, and values repeat (the two images of an UPDATE).
-    """
+def double_text(raw: bytes) -> str:
+    """DOUBLE (its 8 stored bytes) as the shortest text that reads back to the same double, in MariaDB's notation."""
+    value = _unpack_d(raw)[0]
     text = repr(value)
     if "e" not in text and -1e15 < value < 1e15:
         # repr already has the shortest digits in fixed notation (it uses it for 1e-4 <= |x| < 1e16).
@@ -64,30 +63,38 @@ def format_double(value: float) -> str:
     return _format_digits(negative, digits, decpt)
 
 
+def format_double(value: float) -> str:
+    return double_text(_pack_d(value))
+
+
 _LONGER_FLOAT_PATTERNS = ("%.7g", "%.8g", "%.9g")
 
 
-@lru_cache(maxsize=131072)
-def format_float(value: float) -> str:
-    """FLOAT (a single-precision value widened to double) as the shortest text that reads back to the same float.
+def float_text(raw: bytes) -> str:
+    """FLOAT (its 4 stored bytes) as the shortest text that reads back to the same single.
 
     Fewer than 7 digits never pin a single down ambiguously, so if 6 significant digits read back, ``%g`` (which drops
     trailing zeros) already gives the shortest text; otherwise 7, 8 or 9 digits do. ``%g`` uses fixed notation for
     exponents -4..precision-1, inside MariaDB's fixed range, so only its exponent form needs reformatting.
     """
+    value = _unpack_f(raw)[0]
     if value == 0.0:
         return "0"
     text = "%.6g" % value  # noqa: UP031 - the fastest way to format a float
-    packed = _pack_f(value)
-    if _pack_f(float(text)) != packed:
+    if _pack_f(float(text)) != raw:
         for pattern in _LONGER_FLOAT_PATTERNS:
             text = pattern % value
-            if _pack_f(float(text)) == packed:
+            if _pack_f(float(text)) == raw:
                 break
     if "e" not in text:
         return text  # also "inf" and "nan", which MySQL never stores
     negative, digits, decpt = _digits_of(text)
     return _format_digits(negative, digits, decpt)
+
+
+def format_float(value: float) -> str:
+    """A single-precision value (widened to a Python float) as ``float_text`` shows it."""
+    return float_text(_pack_f(value))
 
 
 # -- DECIMAL ----------------------------------------------------------------------------------------------------------
@@ -261,6 +268,10 @@ def _time2_text(value: int) -> str:
     return f"{sign}{(value >> 12) & 0x3FF:02d}:{(value >> 6) & 63:02d}:{value & 63:02d}"
 
 
+# FLOAT and DOUBLE texts by their stored bytes: finding the shortest digits is the costly part, and values repeat
+# (the two images of an UPDATE). Keyed by bytes, not by value, so that 0.0 and -0.0 (equal as floats) stay apart.
+FLOAT_BYTES = Memo(float_text)
+DOUBLE_BYTES = Memo(double_text)
 DATE_TEXT = Memo(lambda raw: date_text(raw[0] | raw[1] << 8 | raw[2] << 16))  # by the 3 stored bytes
 DATETIME2_DATE = Memo(_ymd_text)
 
@@ -285,6 +296,25 @@ def _datetime2_from_bytes(raw: bytes, fsp: int) -> str:
 # Whole DATETIME2 values by their stored bytes (one memo per precision: equal lengths, different layouts).
 DATETIME2_BYTES = {fsp: Memo(lambda raw, fsp=fsp: _datetime2_from_bytes(raw, fsp)) for fsp in range(7)}
 FRACTIONS = {fsp: Memo(lambda usec, fsp=fsp: "." + f"{usec:06d}"[:fsp]) for fsp in range(1, 7)}
+
+
+_SHARED_MEMOS = (
+    FLOAT_BYTES,
+    DOUBLE_BYTES,
+    DATE_TEXT,
+    DATETIME2_DATE,
+    DAY_TEXT,
+    TIME2_SECONDS,
+    *DATETIME2_BYTES.values(),
+    *FRACTIONS.values(),
+)
+
+
+def clear_memos() -> None:
+    """Forget every value rendered so far, as in a new process (a benchmark's runs each start with it)."""
+    for memo in _SHARED_MEMOS:
+        memo.clear()
+    date_of_unix_day.cache_clear()
 
 
 def timestamp_fast(seconds: int) -> str:

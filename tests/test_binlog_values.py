@@ -7,7 +7,16 @@ import struct
 
 from binlog import NOT_PRESENT, Position, RowChange, Transaction
 from binlog.table import ColumnInfo, TableInfo
-from binlog.values import SECONDS_OF_DAY, TIME2_SECONDS, date_of_unix_day, format_double, format_float
+from binlog.values import (
+    DOUBLE_BYTES,
+    FLOAT_BYTES,
+    SECONDS_OF_DAY,
+    TIME2_SECONDS,
+    clear_memos,
+    date_of_unix_day,
+    format_double,
+    format_float,
+)
 
 
 def test_double_text_is_mariadbs() -> None:
@@ -36,6 +45,32 @@ def test_float_text_is_the_shortest_single_precision_round_trip() -> None:
         single = struct.unpack("<f", struct.pack("<f", float(literal)))[0]
         assert format_float(single) == text
         assert struct.pack("<f", float(text)) == struct.pack("<f", single)
+
+
+def test_float_memos_keep_values_apart_that_compare_equal() -> None:
+    # 0.0 == -0.0 (and they hash alike), so a memo keyed by value would answer "0" for a stored -0.0; keyed by the
+    # stored bytes, each keeps its own text.
+    clear_memos()
+    assert DOUBLE_BYTES[struct.pack("<d", 0.0)] == "0"
+    assert DOUBLE_BYTES[struct.pack("<d", -0.0)] == "-0"
+    assert DOUBLE_BYTES[struct.pack("<d", 0.1)] == "0.1"
+    assert FLOAT_BYTES[struct.pack("<f", 0.1)] == "0.1"
+    assert len(DOUBLE_BYTES) == 3 and len(FLOAT_BYTES) == 1
+    clear_memos()
+    assert not DOUBLE_BYTES and not FLOAT_BYTES and not TIME2_SECONDS
+
+
+def test_generated_decoder_text_columns_replace_invalid_utf8() -> None:
+    from binlog.constants import KIND_INSERT
+    from binlog.rowdecoder import build_rows_decoder
+
+    columns = (ColumnInfo("a", 15, "varchar(9)", charset="utf8mb4", meta=36), ColumnInfo("b", 15, "varchar(9)",
+               charset="utf8mb4", meta=36))  # fmt: skip
+    rows = b"\x00\x03a\xffb\x02\xc3\xa9" + b"\x00\x02ok\x01\xc3"
+    decode = build_rows_decoder(columns, KIND_INSERT, 0b11)
+    changes, end = decode(rows, 0, len(rows), "s", "t", ("a", "b"), "f", 9, 7, "g", None, 0)
+    assert end == len(rows)
+    assert [c.after for c in changes] == [("a\ufffdb", "é"), ("ok", "\ufffd")]
 
 
 def test_calendar_and_clock_tables() -> None:
