@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
-from relay import rowcodec, store
+from relay import relayprocess, rowcodec, store
 from relay.dashboard import client_status, event_type_name
 from relay.models import (
     Change,
@@ -30,6 +30,7 @@ from relay.models import (
     Filter,
     QueueEntry,
     QueueState,
+    RelayProcess,
     SchemaColumn,
     SchemaTable,
     ServedEvent,
@@ -182,7 +183,7 @@ class ClientAdmin(admin.ModelAdmin):
         return (
             super()
             .get_queryset(request)
-            .select_related("queue_state")
+            .select_related("queue_state", "relay_process")
             .annotate(
                 queue=F("queue_state__last_seq") - F("acked_seq"),
                 pending=F("delivered_seq") - F("acked_seq"),
@@ -200,7 +201,8 @@ class ClientAdmin(admin.ModelAdmin):
 
     @admin.display(description="status")
     def status(self, obj: Client) -> str:
-        return client_status(obj.connected, obj.last_seen, timezone.now())
+        now = timezone.now()
+        return client_status(relayprocess.session_is_live(obj, now), obj.last_seen, now)
 
     @admin.display(description="queue", ordering="queue")
     def queue_size(self, obj: Client) -> int:
@@ -356,6 +358,16 @@ class WorkerStatusAdmin(ReadOnlyAdmin):
     )
     list_filter = ("state",)
     search_fields = ("source", "hostname", "last_error")
+
+
+@admin.register(RelayProcess)
+class RelayProcessAdmin(ReadOnlyAdmin):
+    list_display = ("hostname", "pid", "addresses", "started", "heartbeat", "alive", "connections")
+    search_fields = ("hostname", "addresses")
+
+    @admin.display(description="reporting", boolean=True)
+    def alive(self, obj: RelayProcess) -> bool:
+        return obj.expires >= timezone.now()
 
 
 # -- statistics ---------------------------------------------------------------------------------------------------

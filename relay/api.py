@@ -98,6 +98,19 @@ def overview_data(data: dashboard.Overview) -> dict[str, Any]:
         "protocol_version": data.protocol_version_text,
         "clients": data.clients,
         "connected_clients": data.connected_clients,
+        "relay_processes": [
+            {
+                "hostname": row.process.hostname,
+                "pid": row.process.pid,
+                "addresses": row.process.addresses,
+                "started": _time(row.process.started),
+                "last_report": _time(row.process.heartbeat),
+                "alive": row.alive,
+                "connections": row.process.connections,
+                "clients": row.clients,
+            }
+            for row in data.relay_processes
+        ],
         "events_served": data.served,
         "sources": sources,
         "rows_per_minute_last_hour": data.rows_hour,

@@ -13,10 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import F, Sum
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
-from relay import rowcodec, store
+from relay import relayprocess, rowcodec, store
 from relay.models import (
     Change,
     Checkpoint,
@@ -26,6 +26,7 @@ from relay.models import (
     EventKind,
     Filter,
     QueueState,
+    RelayProcess,
     ServedEvent,
     UsageMinute,
     WorkerStatus,
@@ -137,6 +138,16 @@ class SourceOverview:
         return self.worker is not None and self.worker.state == WorkerStatus.State.CONNECTED
 
 
+@dataclass(frozen=True)
+class RelayProcessRow:
+    """A ``runrelay`` process as its last report shows it; ``alive`` is False once its reports stopped."""
+
+    process: RelayProcess
+    alive: bool
+    report_age: float
+    clients: int
+
+
 @dataclass
 class Overview:
     now: datetime
@@ -147,6 +158,7 @@ class Overview:
     sources: list[SourceOverview]
     rows_hour: list[int]  # rows per minute, the last 60 minutes, oldest first
     rows_day: list[float]  # average rows per minute in 10-minute steps, the last 24 h, oldest first
+    relay_processes: list[RelayProcessRow] = field(default_factory=list)
 
     protocol_version: int = PROTOCOL_VERSION
 
@@ -206,6 +218,16 @@ def rows_per_minute(minutes: int, step: int = 1, now: float | None = None) -> li
     return series
 
 
+def relay_process_rows(now: datetime) -> list[RelayProcessRow]:
+    processes = RelayProcess.objects.annotate(
+        open_sessions=Count("clients", filter=Q(clients__connected=True))
+    ).order_by("started", "id")
+    return [
+        RelayProcessRow(p, p.expires >= now, max(0.0, (now - p.heartbeat).total_seconds()), p.open_sessions)
+        for p in processes
+    ]
+
+
 def overview(now: datetime | None = None) -> Overview:
     now = now or timezone.now()
     sources = source_overviews(now)
@@ -215,7 +237,8 @@ def overview(now: datetime | None = None) -> Overview:
         now=now,
         started=started,
         clients=Client.objects.count(),
-        connected_clients=Client.objects.filter(connected=True).count(),
+        connected_clients=Client.objects.filter(relayprocess.live_sessions(now)).count(),
+        relay_processes=relay_process_rows(now),
         served=int(clients["total"] or 0),
         sources=sources,
         rows_hour=[int(value) for value in rows_per_minute(60, now=now.timestamp())],
@@ -304,7 +327,7 @@ def _client_row(client: Client, state: dict[str, int] | None, now: datetime) -> 
     return ClientRow(
         id=client.id,
         name=client.name,
-        status=client_status(client.connected, client.last_seen, now),
+        status=client_status(relayprocess.session_is_live(client, now), client.last_seen, now),
         created=client.created,
         session_started=client.session_started,
         last_seen=client.last_seen,
@@ -324,7 +347,7 @@ def _client_row(client: Client, state: dict[str, int] | None, now: datetime) -> 
 def client_rows(now: datetime | None = None, client_id: int | None = None) -> list[ClientRow]:
     """Every client (or one), with its filters and served history: four queries whatever the number of clients."""
     now = now or timezone.now()
-    clients = Client.objects.all()
+    clients = Client.objects.select_related("relay_process")
     if client_id is not None:
         clients = clients.filter(id=client_id)
     clients = list(clients)

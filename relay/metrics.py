@@ -155,6 +155,19 @@ def render_metrics() -> str:
         ],
     )
 
+    processes = dashboard.relay_process_rows(now)
+    out.family(
+        "relay_servers_up",
+        "gauge",
+        "runrelay processes reporting that they are alive.",
+        [({}, sum(1 for row in processes if row.alive))],
+    )
+    out.family(
+        "relay_server_report_age_seconds",
+        "gauge",
+        "Seconds since the runrelay process last reported (until another one removes it, once it stops reporting).",
+        [({"hostname": row.process.hostname, "pid": str(row.process.pid)}, row.report_age) for row in processes],
+    )
     clients = dashboard.client_rows(now)
     out.family("relay_clients", "gauge", "Clients ever registered.", [({}, len(clients))])
     per_client = [({"client_id": str(c.id), "client": c.name}, c) for c in clients]

@@ -6,7 +6,8 @@ lookup on ``(client, seq)``, whatever the number of entries in the store. ``last
 appends) and lives in :class:`QueueState`; ``acked_seq`` and ``delivered_seq`` belong to the relay server (it
 consumes) and live on :class:`Client`, so that the two processes never wait for each other's row locks.
 
-Only relay/store.py, relay/ingest.py and relay/usage.py write to these tables; everything else uses their APIs.
+Only relay/store.py, relay/ingest.py, relay/usage.py and relay/relayprocess.py write to these tables; everything else
+uses their APIs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,31 @@ class DiscardPolicy(models.IntegerChoices):
     IGNORE_NEWEST = 2, "ignore newest"
 
 
+class RelayProcess(models.Model):
+    """A running ``manage.py runrelay`` process. It reports every few seconds and moves ``expires`` ahead each time.
+
+    A process whose ``expires`` has passed (killed, host lost, store unreachable) no longer holds its clients'
+    sessions: they count as disconnected at once, and the next relay process to report marks them disconnected in
+    the store and deletes the row. A process that stops cleanly deletes its own row.
+    """
+
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    addresses = models.CharField(max_length=500, blank=True, default="", help_text="listen addresses")
+    instance_id = models.BigIntegerField(default=0, help_text="POLLV2 InstanceID: the process's start time")
+    started = models.DateTimeField()
+    heartbeat = models.DateTimeField(help_text="last report")
+    expires = models.DateTimeField(db_index=True, help_text="presumed gone after this without a report")
+    connections = models.IntegerField(default=0, help_text="open connections at the last report")
+
+    class Meta:
+        ordering = ["started", "id"]
+        verbose_name_plural = "relay processes"
+
+    def __str__(self) -> str:
+        return f"relay pid {self.pid} on {self.hostname}"
+
+
 class Client(models.Model):
     """A relay client, known by its name; its id is the protocol's ClientID, stable for ever."""
 
@@ -36,6 +62,14 @@ class Client(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)
     connected = models.BooleanField(default=False)
+    relay_process = models.ForeignKey(
+        RelayProcess,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="clients",
+        help_text="the relay process holding the current session",
+    )
     session_started = models.DateTimeField(null=True, blank=True)
     remote_address = models.CharField(max_length=100, blank=True, default="")
     served = models.BigIntegerField(default=0)

@@ -59,8 +59,9 @@ def new_token() -> int:
     return secrets.randbelow(0xFFFFFFFF) + 1
 
 
-def open_session(name: str, remote_address: str = "") -> Session:
-    """Registers ``name`` (same name, same ClientID, for ever) and starts a new session with a fresh token.
+def open_session(name: str, remote_address: str = "", relay_process_id: int | None = None) -> Session:
+    """Registers ``name`` (same name, same ClientID, for ever) and starts a new session with a fresh token, held by
+    relay process ``relay_process_id`` (see relay/relayprocess.py).
 
     Entries sent in an earlier session but never acknowledged become deliverable again.
     """
@@ -77,6 +78,7 @@ def open_session(name: str, remote_address: str = "") -> Session:
         Client.objects.filter(id=client.id).update(
             token=token,
             connected=True,
+            relay_process_id=relay_process_id,
             session_started=now,
             last_seen=now,
             remote_address=remote_address[:100],

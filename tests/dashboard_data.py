@@ -16,9 +16,9 @@ from django.utils import timezone
 from binlog.changes import RowChange, Transaction
 from binlog.position import Position
 from binlog.table import ColumnInfo, TableInfo
-from relay import store
+from relay import relayprocess, store
 from relay.ingest import Ingestor
-from relay.models import Client, ColumnChangeHistory, UsageHistory, WorkerStatus
+from relay.models import Client, ColumnChangeHistory, RelayProcess, UsageHistory, WorkerStatus
 
 SOURCE = "main"
 HOSTILE = '<script>alert("x")</script>'
@@ -134,9 +134,17 @@ def fill_store(now: int | None = None, transaction_count: int = 120) -> Filled:
             "last_error_at": moment,
         },
     )
+    # A relay process holding the sessions, and one that stopped reporting a minute ago.
+    relay_id = relayprocess.register(
+        relayprocess.ProcessInfo(f"relay-{HOSTILE}", 4343, "0.0.0.0:6001", 1_700_000_000, moment), 5.0
+    )
+    gone_id = relayprocess.register(relayprocess.ProcessInfo("relay-gone", 4444, "0.0.0.0:6002", 1, moment), 5.0)
+    RelayProcess.objects.filter(id=gone_id).update(
+        heartbeat=moment - timezone.timedelta(minutes=1), expires=moment - timezone.timedelta(seconds=30)
+    )
     clients = {}
     for name, remote in ((HOSTILE, "10.0.0.1:50000"), (QUOTED, "[::1]:6002"), (UNICODE, "192.168.1.9:4000")):
-        session = store.open_session(name, remote)
+        session = store.open_session(name, remote, relay_id)
         clients[name] = session.client_id
     store.add_filter(clients[HOSTILE], 7, "shop", "*", 0, 0)
     store.add_filter(clients[HOSTILE], 1, HOSTILE, "*", 50, 1)

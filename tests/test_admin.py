@@ -40,6 +40,7 @@ READ_ONLY = [
     "columnchangehistory",
     "schematable",
     "schemacolumn",
+    "relayprocess",
 ]
 
 

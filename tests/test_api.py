@@ -56,6 +56,13 @@ def test_overview(viewer: HttpClient, filled) -> None:
     data = get(viewer, "/api/overview")
     assert data["protocol_version"] == "00010020"
     assert data["clients"] == 3 and data["connected_clients"] == 2
+    processes = {row["pid"]: row for row in data["relay_processes"]}
+    assert (
+        processes[4343]["alive"]
+        and processes[4343]["clients"] == 2
+        and processes[4343]["hostname"] == "relay-" + HOSTILE
+    )
+    assert not processes[4444]["alive"] and processes[4444]["clients"] == 0
     assert data["events_served"] == 17
     (source,) = data["sources"]
     assert source["source"] == "main"

@@ -75,6 +75,9 @@ def test_values(client: HttpClient, filled) -> None:
     client.login(username="viewer", password=PASSWORD)
     text = scrape(client)
     assert samples(text, "relay_worker_up") == {'{source="main"}': 1}
+    assert samples(text, "relay_servers_up") == {"": 1}  # of the two relay processes, one stopped reporting
+    ages = samples(text, "relay_server_report_age_seconds")
+    assert ages['{hostname="relay-gone",pid="4444"}'] >= 60 and len(ages) == 2
     assert samples(text, "relay_lag_seconds") == {'{source="main"}': 1.5}
     assert samples(text, "relay_reconnects_total") == {'{source="main"}': 2}
     assert samples(text, "relay_transactions_total") == {'{source="main"}': 120}

@@ -208,3 +208,39 @@ def test_a_standby_worker_takes_over_within_seconds(fresh_schema: tuple[MariaDB,
         workers = [standby, RelayProcess(env, "runbinlog", "--batch-ms", "20").start()]
     assert received == [b"1", b"2", b"3"]
     client.close()
+
+
+def test_the_clients_of_a_killed_relay_process_count_as_disconnected() -> None:
+    from relay import dashboard
+    from relay.models import RelayProcess
+
+    beat = "0.2"  # presumed gone after 6 x 0.2 s without a report
+    killed, port = start_relay(None, "--heartbeat-seconds", beat)
+    client = RelayClient("127.0.0.1", port, SECRET, "orphan")
+    client.connect()
+    client_id = client.client_id
+
+    def status() -> str:
+        (row,) = dashboard.client_rows(client_id=client_id)
+        return row.status
+
+    assert status() == "CONNECTED" and dashboard.overview().connected_clients == 1
+    (process,) = dashboard.overview().relay_processes
+    assert process.alive and process.clients == 1 and process.process.pid == killed.process.pid
+    killed.signal(signal.SIGKILL)
+    killed.wait(30)
+    # No relay process is left to clean up: the flag in the store stays, but nothing shows the session as open.
+    wait_for(lambda: status() == "DISCONNECTED", 10, message="the orphaned session shown closed")
+    assert Client.objects.get(id=client_id).connected
+    assert dashboard.overview().connected_clients == 0
+    assert [row.alive for row in dashboard.overview().relay_processes] == [False]
+    # The next relay process to report ends the session in the store and drops the dead process's row.
+    survivor, _port = start_relay(None, "--heartbeat-seconds", beat)
+    wait_for(lambda: not Client.objects.get(id=client_id).connected, 10, message="the session ended in the store")
+    assert "stopped reporting" in survivor.output
+    (alive,) = RelayProcess.objects.all()
+    assert alive.pid == survivor.process.pid
+    # A relay process that stops cleanly takes its row with it.
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(30) == 0
+    assert not RelayProcess.objects.exists()

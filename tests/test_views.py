@@ -99,9 +99,20 @@ def test_overview(viewer: HttpClient, filled) -> None:
     assert_escaped(html)
 
 
+def test_overview_lists_the_relay_processes(viewer: HttpClient, filled) -> None:
+    html = page(viewer, "/")
+    table = html[html.index('id="relay-processes"') :]
+    table = table[: table.index("</table>")]
+    assert table.count("RUNNING") == 1 and table.count("NOT REPORTING") == 1
+    assert "pid 4343 on relay-" + HOSTILE_ESCAPED in table and "pid 4444 on relay-gone" in table
+    assert "1 min ago" in table  # the last report of the process that stopped
+    assert_escaped(html)
+
+
 def test_overview_without_a_worker(viewer: HttpClient) -> None:
     html = page(viewer, "/")
     assert "No worker has reported yet" in html
+    assert "No relay process is running" in html
     assert html.count('class="chart line-chart"') == 2  # empty charts are still drawn
 
 

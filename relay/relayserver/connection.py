@@ -201,7 +201,9 @@ class Connection:
         async with self.server.auth_lock(request.name):
             self.authenticating = True
             try:
-                opened = await self.server.threads.run(store.open_session, request.name, self.peer)
+                opened = await self.server.threads.run(
+                    store.open_session, request.name, self.peer, self.server.process_id
+                )
             except DatabaseError as exc:
                 log.warning("connection %s: AUTH failed in the store: %s", self.peer, exc)
                 raise _Close from exc

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
+import os
 import signal
 import socket
 import time
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connections
 
 from clientproto import accepted_keys
-from relay import store
+from relay import relayprocess, store
 from relay.relayserver.connection import BUSY, IDLE, READING, WRITING, Connection
 from relay.relayserver.database import StoreThreads
 from relay.relayserver.history import HistoryRecorder
@@ -46,6 +48,9 @@ class ServerOptions:
     store_threads: int = 8
     #: On SIGTERM/SIGINT, in-flight requests get this long to finish before their connections are cut.
     shutdown_grace: float = 10.0
+    #: How often the process reports to the store that it is alive; after ``relayprocess.MISSED_REPORTS`` intervals
+    #: without a report, its clients count as disconnected.
+    heartbeat_interval: float = 5.0
 
 
 class RelayServer:
@@ -66,6 +71,10 @@ class RelayServer:
         self._listener: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._session_watch: asyncio.Task[None] | None = None
+        self._reporter: asyncio.Task[None] | None = None
+        #: This process's RelayProcess row (None until started).
+        self.process_id: int | None = None
+        self._process_info: relayprocess.ProcessInfo
         self._stop_requested: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop
 
@@ -80,8 +89,19 @@ class RelayServer:
         self._listener = await asyncio.start_server(
             self._accept, self.options.address, self.options.port, reuse_address=True, backlog=1024
         )
+        self._process_info = relayprocess.ProcessInfo(
+            socket.gethostname(),
+            os.getpid(),
+            ", ".join(f"{a[0]}:{a[1]}" for a in self.addresses),
+            self.instance_id,
+            datetime.datetime.fromtimestamp(self.instance_id, datetime.UTC),
+        )
+        self.process_id = await self.threads.run(
+            relayprocess.register, self._process_info, self.options.heartbeat_interval
+        )
         self._sweeper = asyncio.create_task(self._sweep(), name="relay-timeouts")
         self._session_watch = asyncio.create_task(self._watch_sessions(), name="relay-sessions")
+        self._reporter = asyncio.create_task(self._report(), name="relay-heartbeat")
         log.info(
             "relay server listening on %s (instance %d)",
             ", ".join(f"{a[0]}:{a[1]}" for a in self.addresses),
@@ -119,6 +139,8 @@ class RelayServer:
             self._sweeper.cancel()
         if self._session_watch is not None:
             self._session_watch.cancel()
+        if self._reporter is not None:
+            self._reporter.cancel()
         await self.notifier.stop()  # long-polling FETCHes answer now (empty) instead of waiting out WaitMs
         for conn, task in list(self._tasks.items()):
             if conn.state == IDLE:
@@ -132,6 +154,11 @@ class RelayServer:
                 await asyncio.wait(late, timeout=5)
         if self._session_closes:
             await asyncio.wait(list(self._session_closes), timeout=10)
+        if self.process_id is not None:
+            try:
+                await self.threads.run(relayprocess.end, self.process_id)
+            except DatabaseError as exc:
+                log.warning("could not remove this relay process from the store: %s", exc)
         await self.history.stop()
         await self.loop.run_in_executor(None, self.threads.shutdown)
         log.info("relay server stopped")
@@ -235,6 +262,26 @@ class RelayServer:
             await self.threads.run(store.close_session, session.client_id, session.token)
         except (DatabaseError, RuntimeError) as exc:  # RuntimeError: the store threads are already shut down
             log.warning("could not mark client %d disconnected: %s", session.client_id, exc)
+
+    async def _report(self) -> None:
+        """Tells the store every few seconds that this process is alive (its sessions are real), and ends the
+        sessions of relay processes that stopped reporting (killed, host lost)."""
+        assert self.process_id is not None
+        interval = self.options.heartbeat_interval
+        while True:
+            await asyncio.sleep(interval)
+            sessions = {
+                client_id: conn.session.token for client_id, conn in self._by_client.items() if conn.session is not None
+            }
+            try:
+                ended = await self.threads.run(
+                    relayprocess.report, self.process_id, self._process_info, interval, len(self.connections), sessions
+                )
+            except (DatabaseError, RuntimeError) as exc:  # RuntimeError: the store threads are shut down
+                log.warning("could not report to the store: %s", exc)
+                continue
+            if ended:
+                log.warning("ended %d session(s) of relay processes that stopped reporting", ended)
 
     @contextlib.asynccontextmanager
     async def auth_lock(self, name: str) -> AsyncIterator[None]:

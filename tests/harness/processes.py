@@ -127,13 +127,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float 
         time.sleep(interval)
 
 
-def start_relay(server: MariaDB | None = None, **env: object) -> tuple[RelayProcess, int]:
-    """A ``runrelay`` process on a free loopback port, once it answers AUTH; returns it and its port."""
+def start_relay(server: MariaDB | None = None, *args: str, **env: object) -> tuple[RelayProcess, int]:
+    """A ``runrelay`` process (with ``args`` added) on a free loopback port, once it answers AUTH; returns it and its
+    port."""
     from clientproto import RelayClient
     from relay.sandbox import free_tcp_port
 
     port = free_tcp_port()
-    relay = RelayProcess(relay_env(server, **env), "runrelay", "--address", "127.0.0.1", "--port", str(port)).start()
+    relay = RelayProcess(
+        relay_env(server, **env), "runrelay", "--address", "127.0.0.1", "--port", str(port), *args
+    ).start()
 
     def listening() -> bool:
         if not relay.alive():

@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from relay import relayprocess
 from relay.config import ConfigError, load_config, require_auth_secret
 from relay.relayserver import ServerOptions, serve
 
@@ -33,6 +34,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--store-threads", type=int, default=_DEFAULTS.store_threads)
         parser.add_argument("--shutdown-grace", type=float, default=_DEFAULTS.shutdown_grace)
+        parser.add_argument(
+            "--heartbeat-seconds",
+            type=float,
+            default=_DEFAULTS.heartbeat_interval,
+            help="how often this process reports that it is alive; its clients count as disconnected after "
+            f"{relayprocess.MISSED_REPORTS} intervals without a report",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -46,6 +54,8 @@ class Command(BaseCommand):
         for name in ("max_connections", "store_threads"):
             if options[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
+        if not options["heartbeat_seconds"] > 0:
+            raise CommandError("--heartbeat-seconds must be more than 0")
         server_options = ServerOptions(
             address=options["address"] or config.listen_address,
             port=port,
@@ -54,5 +64,6 @@ class Command(BaseCommand):
             io_timeout=options["io_timeout"],
             store_threads=options["store_threads"],
             shutdown_grace=options["shutdown_grace"],
+            heartbeat_interval=options["heartbeat_seconds"],
         )
         asyncio.run(serve(secret, server_options))
