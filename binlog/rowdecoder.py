@@ -100,8 +100,8 @@ _GLOBALS: dict[str, object] = {
     "NP": NOT_PRESENT,
     "RC": RowChange,
     "NEW": object.__new__,
-    "FLT": _values.FLOAT_BYTES,
-    "DBL": _values.DOUBLE_BYTES,
+    "_flt": _values.float_text,
+    "_dbl": _values.double_text,
     "_date": _values.date_text,
     "_ts": _values.timestamp_text,
     "_dt2": _values.datetime2_text,
@@ -128,7 +128,7 @@ _GLOBALS: dict[str, object] = {
     "DATE": _values.DATE_TEXT,
     "DT2D": _values.DATETIME2_DATE,
     "DT2T": _values.DATETIME2_TIME,
-    "T2": _values.TIME2_SECONDS,
+    "_t2": _values.whole_time2_text,
     **{f"FR{fsp}": memo for fsp, memo in _values.FRACTIONS.items()},
     **{f"DT2B{fsp}": memo for fsp, memo in _values.DATETIME2_BYTES.items()},
 }
@@ -212,11 +212,11 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     if t == MYSQL_TYPE_INT24:
         return [], f"str(_from(buf[{at(0)}:{at(3)}], 'little', signed={not column.unsigned}))"
     if t == MYSQL_TYPE_FLOAT:
-        return [], f"FLT[buf[{at(0)}:{at(4)}]]"
+        return [], f"_flt(buf[{at(0)}:{at(4)}])"
     if t == MYSQL_TYPE_NEWDECIMAL:
         return _decimal(b, meta >> 8, meta & 0xFF, at(0))
     if t == MYSQL_TYPE_DOUBLE:
-        return [], f"DBL[buf[{at(0)}:{at(8)}]]"
+        return [], f"_dbl(buf[{at(0)}:{at(8)}])"
     if t == MYSQL_TYPE_YEAR:
         return [], f"YEAR[buf[{at(0)}]]"
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
@@ -246,7 +246,7 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
         if meta == 0:
             # Times of day come from the DATETIME2 table; other (negative, >= 24 h) values from the memo.
             return [f"n = (buf[{at(0)}] << 16 | buf[{at(1)}] << 8 | buf[{at(2)}]) - 8388608"], (
-                "DT2T[n] if 0 <= n < 98304 else T2[n]"
+                "DT2T[n] if 0 <= n < 98304 else _t2(n)"
             )
         return [], f"_tm2(buf, {at(0)}, {meta})"
     if t == MYSQL_TYPE_BIT:
@@ -389,8 +389,20 @@ def _from_number(column: ColumnInfo, var: str) -> list[str]:
     return [f"{var} = str({var})"]
 
 
-def _emit_fixed_block(b: _Builder, block: list[tuple[int, int, ColumnInfo]], ind: str) -> None:
-    """Straight-line code for consecutive fixed-size values known not to be NULL, at constant offsets from p."""
+#: Types whose text costs much more than comparing their bytes: an UPDATE's after image keeps the before image's
+#: text of such a column when its bytes did not change (see ``_emit_fixed_block``).
+_COSTLY_FIXED = (MYSQL_TYPE_FLOAT, MYSQL_TYPE_DOUBLE, MYSQL_TYPE_NEWDECIMAL)
+
+
+def _emit_fixed_block(
+    b: _Builder, block: list[tuple[int, int, ColumnInfo]], ind: str, before: tuple[str, str] | None = None
+) -> None:
+    """Straight-line code for consecutive fixed-size values known not to be NULL, at constant offsets from p.
+
+    ``before`` = (start, condition) in an UPDATE's after image: the same block of the before image starts at
+    ``start`` and was read at the same offsets when ``condition`` holds; a costly column whose bytes are the same
+    there keeps the before value (still in its variable).
+    """
     off = 0
     i = 0
     while i < len(block):
@@ -413,9 +425,17 @@ def _emit_fixed_block(b: _Builder, block: list[tuple[int, int, ColumnInfo]], ind
             continue
         _bit, index, column = block[i]
         prelude, expression = _fixed(b, column, off)
-        b.lines.extend(ind + line for line in prelude)
-        b.lines.append(f"{ind}v{index} = {expression}")
-        off += fixed_size(column) or 0
+        size = fixed_size(column) or 0
+        if before is not None and column.type_code in _COSTLY_FIXED and size:
+            start, condition = before
+            changed = f"buf[p + {off}:p + {off + size}] != buf[{start} + {off}:{start} + {off + size}]"
+            b.lines.append(f"{ind}if {condition + ' or ' if condition else ''}{changed}:")
+            b.lines.extend(ind + "    " + line for line in prelude)
+            b.lines.append(f"{ind}    v{index} = {expression}")
+        else:
+            b.lines.extend(ind + line for line in prelude)
+            b.lines.append(f"{ind}v{index} = {expression}")
+        off += size
         i += 1
     if off:
         b.lines.append(f"{ind}p += {off}")
@@ -484,7 +504,7 @@ def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind:
             if role == "after" and size:
                 b.lines += [f"{ind}if buf[p:p + {size}] == buf[{start}:{start} + {size}]:", f"{deeper}p += {size}"]
                 b.lines.append(f"{ind}else:")
-                _emit_fixed_block(b, block, deeper)
+                _emit_fixed_block(b, block, deeper, (start, ""))
             else:
                 _emit_fixed_block(b, block, ind)
         else:
@@ -493,7 +513,7 @@ def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind:
             if role == "after" and size:
                 same = f"not nbb & {mask} and buf[p:p + {size}] == buf[{start}:{start} + {size}]"
                 b.lines += [f"{deeper}if {same}:", f"{deepest}p += {size}", f"{deeper}else:"]
-                _emit_fixed_block(b, block, deepest)
+                _emit_fixed_block(b, block, deepest, (start, f"nbb & {mask}"))
             else:
                 _emit_fixed_block(b, block, deeper)
             b.lines.append(f"{ind}else:")

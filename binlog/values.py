@@ -14,7 +14,6 @@ from typing import Any
 ZERO_DATE = "0000-00-00"
 _unpack_f = struct.Struct("<f").unpack
 _unpack_d = struct.Struct("<d").unpack
-_pack_d = struct.Struct("<d").pack
 _pack_f = struct.Struct("<f").pack
 
 # Bytes of a decimal digit group of 0..9 digits (MySQL's dig2bytes).
@@ -63,10 +62,6 @@ def double_text(raw: bytes) -> str:
     return _format_digits(negative, digits, decpt)
 
 
-def format_double(value: float) -> str:
-    return double_text(_pack_d(value))
-
-
 _LONGER_FLOAT_PATTERNS = ("%.7g", "%.8g", "%.9g")
 
 
@@ -90,11 +85,6 @@ def float_text(raw: bytes) -> str:
         return text  # also "inf" and "nan", which MySQL never stores
     negative, digits, decpt = _digits_of(text)
     return _format_digits(negative, digits, decpt)
-
-
-def format_float(value: float) -> str:
-    """A single-precision value (widened to a Python float) as ``float_text`` shows it."""
-    return float_text(_pack_f(value))
 
 
 # -- DECIMAL ----------------------------------------------------------------------------------------------------------
@@ -258,8 +248,9 @@ def _ymd_text(ymd: int) -> str:
     return f"{ym // 13:04d}-{ym % 13:02d}-{ymd & 31:02d} "
 
 
-def _time2_text(value: int) -> str:
-    """TIME2 without fraction: the 3-byte value with its offset removed (negative for negative times)."""
+def whole_time2_text(value: int) -> str:
+    """TIME2 without fraction: the 3-byte value with its offset removed (negative for negative times). Not memoised:
+    times of day come from ``DATETIME2_TIME`` and longer or negative durations seldom repeat."""
     if 0 <= value < 24 << 12:
         return DATETIME2_TIME[value]
     sign = ""
@@ -268,10 +259,6 @@ def _time2_text(value: int) -> str:
     return f"{sign}{(value >> 12) & 0x3FF:02d}:{(value >> 6) & 63:02d}:{value & 63:02d}"
 
 
-# FLOAT and DOUBLE texts by their stored bytes: finding the shortest digits is the costly part, and values repeat
-# (the two images of an UPDATE). Keyed by bytes, not by value, so that 0.0 and -0.0 (equal as floats) stay apart.
-FLOAT_BYTES = Memo(float_text)
-DOUBLE_BYTES = Memo(double_text)
 DATE_TEXT = Memo(lambda raw: date_text(raw[0] | raw[1] << 8 | raw[2] << 16))  # by the 3 stored bytes
 DATETIME2_DATE = Memo(_ymd_text)
 
@@ -285,7 +272,6 @@ DATETIME2_TIME = tuple(  # hour << 12 | minute << 6 | second → "hh:mm:ss" (the
     else ""
     for hms in range(24 << 12)
 )
-TIME2_SECONDS = Memo(_time2_text)
 
 
 def _datetime2_from_bytes(raw: bytes, fsp: int) -> str:
@@ -299,12 +285,9 @@ FRACTIONS = {fsp: Memo(lambda usec, fsp=fsp: "." + f"{usec:06d}"[:fsp]) for fsp 
 
 
 _SHARED_MEMOS = (
-    FLOAT_BYTES,
-    DOUBLE_BYTES,
     DATE_TEXT,
     DATETIME2_DATE,
     DAY_TEXT,
-    TIME2_SECONDS,
     *DATETIME2_BYTES.values(),
     *FRACTIONS.values(),
 )

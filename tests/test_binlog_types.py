@@ -495,3 +495,33 @@ def test_compressed_binlog_events(any_mariadb: MariaDB, fresh_schema: tuple[Mari
         "Delete_rows_compressed_v1",
         "Query_compressed",
     } <= kinds
+
+
+def test_update_after_images_keep_or_decode_costly_columns(
+    any_mariadb: MariaDB, fresh_schema: tuple[MariaDB, str]
+) -> None:
+    # The after image of an UPDATE keeps the before image's text of a FLOAT, DOUBLE or DECIMAL whose bytes did not
+    # change, and decodes one that did, also when the column or a neighbour turns NULL or stops being NULL.
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, n INT, f FLOAT, d DOUBLE, m DECIMAL(10,2))")
+    columns = [Column("n", "INT", []), Column("f", "FLOAT", [], float32=True), Column("d", "DOUBLE", []),
+               Column("m", "DECIMAL(10,2)", [])]  # fmt: skip
+    start = server.binlog_position()
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (1, 1, 1.5, 2.5, 3.25), (2, 1, NULL, 0.1, -7.5), "
+                   f"(3, 1, 0.25, NULL, NULL), (4, 1, 1e10, 1e-300, 99999999.99), (5, 1, NULL, 2.5, 1)")  # fmt: skip
+    query = f"SELECT id, n, CAST(f AS DOUBLE) AS f, d, m FROM `{schema}`.t ORDER BY id"
+    snapshots = [select_text(server, query)[1]]
+    # First: row 5's FLOAT goes from NULL to 0, whose 4 bytes are zeros like the low half of the DOUBLE 2.5 that
+    # follows it in the before image (where the NULL FLOAT takes no bytes): only the NULL test tells them apart.
+    assignments = ["f = IF(f IS NULL AND d = 2.5, 0, f)", "n = n + 1", "f = f * 2", "d = d + 1, n = 5", "m = -m",
+                   "f = NULL", "f = 3.5, d = NULL", "d = 2.25, m = 0", "f = 1.5, d = 0.1, m = 3.25"]  # fmt: skip
+    for assignment in assignments:  # n changes every time, so that every row is written
+        server.execute(f"UPDATE `{schema}`.t SET {assignment}, n = n + 1 ORDER BY id")
+        snapshots.append(select_text(server, query)[1])
+    updates = [c for c in changes_of(read_span(server, start), schema, "t") if c.kind == 2]
+    assert len(updates) == 5 * len(assignments)
+    names = ("id", "n", "f", "d", "m")
+    for number, change in enumerate(updates):
+        statement, row = divmod(number, 5)
+        check_image(change.before, snapshots[statement][row], names, columns, f"{assignments[statement]}: before")
+        check_image(change.after, snapshots[statement + 1][row], names, columns, f"{assignments[statement]}: after")

@@ -8,14 +8,13 @@ import struct
 from binlog import NOT_PRESENT, Position, RowChange, Transaction
 from binlog.table import ColumnInfo, TableInfo
 from binlog.values import (
-    DOUBLE_BYTES,
-    FLOAT_BYTES,
+    DATE_TEXT,
     SECONDS_OF_DAY,
-    TIME2_SECONDS,
     clear_memos,
     date_of_unix_day,
-    format_double,
-    format_float,
+    double_text,
+    float_text,
+    whole_time2_text,
 )
 
 
@@ -35,29 +34,24 @@ def test_double_text_is_mariadbs() -> None:
         5e-324: "5e-324",
     }
     for value, text in cases.items():
-        assert format_double(value) == text
+        assert double_text(struct.pack("<d", value)) == text
         assert float(text) == value
+    assert double_text(struct.pack("<d", -0.0)) == "-0"
 
 
 def test_float_text_is_the_shortest_single_precision_round_trip() -> None:
     for literal, text in (("0.1", "0.1"), ("1.23456789", "1.2345679"), ("16777217", "16777216"), ("3.4e38", "3.4e38"),
                           ("1e-30", "1e-30"), ("-7e10", "-70000000000"), ("123.456", "123.456")):  # fmt: skip
-        single = struct.unpack("<f", struct.pack("<f", float(literal)))[0]
-        assert format_float(single) == text
-        assert struct.pack("<f", float(text)) == struct.pack("<f", single)
+        stored = struct.pack("<f", float(literal))
+        assert float_text(stored) == text
+        assert struct.pack("<f", float(text)) == stored
 
 
-def test_float_memos_keep_values_apart_that_compare_equal() -> None:
-    # 0.0 == -0.0 (and they hash alike), so a memo keyed by value would answer "0" for a stored -0.0; keyed by the
-    # stored bytes, each keeps its own text.
+def test_clear_memos_forgets_rendered_values() -> None:
+    assert DATE_TEXT[(1956 * 512 + 2 * 32 + 29).to_bytes(3, "little")] == "1956-02-29"  # year << 9 | month << 5 | day
+    assert DATE_TEXT
     clear_memos()
-    assert DOUBLE_BYTES[struct.pack("<d", 0.0)] == "0"
-    assert DOUBLE_BYTES[struct.pack("<d", -0.0)] == "-0"
-    assert DOUBLE_BYTES[struct.pack("<d", 0.1)] == "0.1"
-    assert FLOAT_BYTES[struct.pack("<f", 0.1)] == "0.1"
-    assert len(DOUBLE_BYTES) == 3 and len(FLOAT_BYTES) == 1
-    clear_memos()
-    assert not DOUBLE_BYTES and not FLOAT_BYTES and not TIME2_SECONDS
+    assert not DATE_TEXT
 
 
 def test_generated_decoder_text_columns_replace_invalid_utf8() -> None:
@@ -78,8 +72,9 @@ def test_calendar_and_clock_tables() -> None:
     assert date_of_unix_day(19782) == "2024-02-29"
     assert date_of_unix_day(24855) == "2038-01-19"
     assert SECONDS_OF_DAY[0] == "00:00:00" and SECONDS_OF_DAY[86399] == "23:59:59"
-    assert TIME2_SECONDS[-(838 << 12 | 59 << 6 | 59)] == "-838:59:59"
-    assert TIME2_SECONDS[23 << 12 | 59 << 6 | 58] == "23:59:58"
+    assert whole_time2_text(-(838 << 12 | 59 << 6 | 59)) == "-838:59:59"
+    assert whole_time2_text(23 << 12 | 59 << 6 | 58) == "23:59:58"
+    assert whole_time2_text(100 << 12 | 0 << 6 | 1) == "100:00:01"
 
 
 def test_changes_pickle_for_spark_tasks() -> None:
