@@ -102,6 +102,7 @@ _GLOBALS: dict[str, object] = {
     "NEW": object.__new__,
     "_flt": _values.float_text,
     "_dbl": _values.double_text,
+    "_pf": struct.Struct("<f").pack,
     "_date": _values.date_text,
     "_ts": _values.timestamp_text,
     "_dt2": _values.datetime2_text,
@@ -129,6 +130,7 @@ _GLOBALS: dict[str, object] = {
     "DT2D": _values.DATETIME2_DATE,
     "DT2T": _values.DATETIME2_TIME,
     "_t2": _values.whole_time2_text,
+    "MS": _values.MINUTES_SECONDS,
     **{f"FR{fsp}": memo for fsp, memo in _values.FRACTIONS.items()},
     **{f"DT2B{fsp}": memo for fsp, memo in _values.DATETIME2_BYTES.items()},
 }
@@ -212,11 +214,19 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     if t == MYSQL_TYPE_INT24:
         return [], f"str(_from(buf[{at(0)}:{at(3)}], 'little', signed={not column.unsigned}))"
     if t == MYSQL_TYPE_FLOAT:
-        return [], f"_flt(buf[{at(0)}:{at(4)}])"
+        # Inline for the common case, 6 significant digits that read back to the same single (``float_text``).
+        raw = f"buf[{at(0)}:{at(4)}]"
+        return [f"fx = {b.unpacker('f')}(buf, {at(0)})[0]; ft = '%.6g' % fx"], (
+            f"ft if fx and 'e' not in ft and _pf(float(ft)) == {raw} else _flt({raw})"
+        )
     if t == MYSQL_TYPE_NEWDECIMAL:
         return _decimal(b, meta >> 8, meta & 0xFF, at(0))
     if t == MYSQL_TYPE_DOUBLE:
-        return [], f"_dbl(buf[{at(0)}:{at(8)}])"
+        # Inline for the common case, repr's fixed notation (``double_text``).
+        return [f"fx = {b.unpacker('d')}(buf, {at(0)})[0]; ft = repr(fx)"], (
+            "(ft[:-2] if ft[-2:] == '.0' else ft) if 'e' not in ft and -1e15 < fx < 1e15 "
+            f"else _dbl(buf[{at(0)}:{at(8)}])"
+        )
     if t == MYSQL_TYPE_YEAR:
         return [], f"YEAR[buf[{at(0)}]]"
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
@@ -244,9 +254,9 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
         return [], f"_tmold(_from(buf[{at(0)}:{at(3)}], 'little', signed=True))"
     if t == MYSQL_TYPE_TIME2:
         if meta == 0:
-            # Times of day come from the DATETIME2 table; other (negative, >= 24 h) values from the memo.
+            # Times of day come from the DATETIME2 table; longer ones are formatted here, negative ones by _t2.
             return [f"n = (buf[{at(0)}] << 16 | buf[{at(1)}] << 8 | buf[{at(2)}]) - 8388608"], (
-                "DT2T[n] if 0 <= n < 98304 else _t2(n)"
+                "DT2T[n] if 0 <= n < 98304 else '%02d:%s' % (n >> 12 & 1023, MS[n & 4095]) if n > 0 else _t2(n)"
             )
         return [], f"_tm2(buf, {at(0)}, {meta})"
     if t == MYSQL_TYPE_BIT:
@@ -375,7 +385,9 @@ def _emit_variable(b: _Builder, column: ColumnInfo, var: str, ind: str) -> None:
 def _le_code(column: ColumnInfo) -> str:
     """The struct code of a little-endian number column ("" for anything else)."""
     t = column.type_code
-    if t in _INT_FORMATS and t != MYSQL_TYPE_TINY:
+    if t == MYSQL_TYPE_TINY:
+        return "B"  # the raw byte, turned into text through SIGNED_BYTE/UNSIGNED_BYTE
+    if t in _INT_FORMATS:
         return _INT_FORMATS[t][2 if column.unsigned else 1]
     if t == MYSQL_TYPE_INT24:
         return "HB" if column.unsigned else "Hb"  # low 16 bits, then the (signed) high byte
@@ -386,6 +398,8 @@ def _from_number(column: ColumnInfo, var: str) -> list[str]:
     """Statements turning the unpacked number in ``var`` into its text."""
     if column.type_code == MYSQL_TYPE_INT24:
         return [f"{var} = str({var} | h{var} << 16)"]
+    if column.type_code == MYSQL_TYPE_TINY:
+        return [f"{var} = {'UB' if column.unsigned else 'SB'}[{var}]"]
     return [f"{var} = str({var})"]
 
 

@@ -253,12 +253,13 @@ def whole_time2_text(value: int) -> str:
     times of day come from ``DATETIME2_TIME`` and longer or negative durations seldom repeat."""
     if 0 <= value < 24 << 12:
         return DATETIME2_TIME[value]
-    sign = ""
     if value < 0:
-        sign, value = "-", -value
-    return f"{sign}{(value >> 12) & 0x3FF:02d}:{(value >> 6) & 63:02d}:{value & 63:02d}"
+        value = -value
+        return "-%02d:%s" % (value >> 12 & 0x3FF, MINUTES_SECONDS[value & 0xFFF])  # noqa: UP031 - the fastest
+    return "%02d:%s" % (value >> 12 & 0x3FF, MINUTES_SECONDS[value & 0xFFF])  # noqa: UP031
 
 
+MINUTES_SECONDS = tuple(f"{minute:02d}:{second:02d}" for minute in range(64) for second in range(64))  # minute << 6 | s
 DATE_TEXT = Memo(lambda raw: date_text(raw[0] | raw[1] << 8 | raw[2] << 16))  # by the 3 stored bytes
 DATETIME2_DATE = Memo(_ymd_text)
 
