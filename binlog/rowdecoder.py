@@ -199,6 +199,19 @@ def fixed_size(column: ColumnInfo) -> int | None:
     }.get(t)
 
 
+def _float_text(var: str, raw: str) -> tuple[list[str], str]:
+    """(statements, expression): the text of the single unpacked into ``var`` from the bytes ``raw``, inline for the
+    common case (6 significant digits that read back to the same single), else ``float_text``."""
+    return [f"ft = '%.6g' % {var}"], f"ft if {var} and 'e' not in ft and _pf(float(ft)) == {raw} else _flt({raw})"
+
+
+def _double_text(var: str, raw: str) -> tuple[list[str], str]:
+    """The same for a double: inline for repr's fixed notation, else ``double_text``."""
+    return [f"ft = repr({var})"], (
+        f"(ft[:-2] if ft[-2:] == '.0' else ft) if 'e' not in ft and -1e15 < {var} < 1e15 else _dbl({raw})"
+    )
+
+
 def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     """(statements, expression) reading a fixed-size value that starts ``off`` bytes after ``p``."""
 
@@ -214,19 +227,13 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
     if t == MYSQL_TYPE_INT24:
         return [], f"str(_from(buf[{at(0)}:{at(3)}], 'little', signed={not column.unsigned}))"
     if t == MYSQL_TYPE_FLOAT:
-        # Inline for the common case, 6 significant digits that read back to the same single (``float_text``).
-        raw = f"buf[{at(0)}:{at(4)}]"
-        return [f"fx = {b.unpacker('f')}(buf, {at(0)})[0]; ft = '%.6g' % fx"], (
-            f"ft if fx and 'e' not in ft and _pf(float(ft)) == {raw} else _flt({raw})"
-        )
+        prelude, expression = _float_text("fx", f"buf[{at(0)}:{at(4)}]")
+        return [f"fx = {b.unpacker('f')}(buf, {at(0)})[0]", *prelude], expression
     if t == MYSQL_TYPE_NEWDECIMAL:
         return _decimal(b, meta >> 8, meta & 0xFF, at(0))
     if t == MYSQL_TYPE_DOUBLE:
-        # Inline for the common case, repr's fixed notation (``double_text``).
-        return [f"fx = {b.unpacker('d')}(buf, {at(0)})[0]; ft = repr(fx)"], (
-            "(ft[:-2] if ft[-2:] == '.0' else ft) if 'e' not in ft and -1e15 < fx < 1e15 "
-            f"else _dbl(buf[{at(0)}:{at(8)}])"
-        )
+        prelude, expression = _double_text("fx", f"buf[{at(0)}:{at(8)}]")
+        return [f"fx = {b.unpacker('d')}(buf, {at(0)})[0]", *prelude], expression
     if t == MYSQL_TYPE_YEAR:
         return [], f"YEAR[buf[{at(0)}]]"
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
@@ -391,11 +398,16 @@ def _le_code(column: ColumnInfo) -> str:
         return _INT_FORMATS[t][2 if column.unsigned else 1]
     if t == MYSQL_TYPE_INT24:
         return "HB" if column.unsigned else "Hb"  # low 16 bits, then the (signed) high byte
-    return ""
+    return {MYSQL_TYPE_FLOAT: "f", MYSQL_TYPE_DOUBLE: "d"}.get(t, "")
 
 
-def _from_number(column: ColumnInfo, var: str) -> list[str]:
-    """Statements turning the unpacked number in ``var`` into its text."""
+def _from_number(column: ColumnInfo, var: str, off: int) -> list[str]:
+    """Statements turning the number unpacked into ``var`` (from ``off`` bytes after p) into its text."""
+    if column.type_code in (MYSQL_TYPE_FLOAT, MYSQL_TYPE_DOUBLE):
+        size = 4 if column.type_code == MYSQL_TYPE_FLOAT else 8
+        text = _float_text if column.type_code == MYSQL_TYPE_FLOAT else _double_text
+        prelude, expression = text(var, f"buf[p + {off}:p + {off + size}]")
+        return [*prelude, f"{var} = {expression}"]
     if column.type_code == MYSQL_TYPE_INT24:
         return [f"{var} = str({var} | h{var} << 16)"]
     if column.type_code == MYSQL_TYPE_TINY:
@@ -420,9 +432,10 @@ def _emit_fixed_block(
     off = 0
     i = 0
     while i < len(block):
-        # Consecutive little-endian numbers come out of one struct call.
+        # Consecutive little-endian numbers come out of one struct call (in an after image, not the costly ones:
+        # their variables still hold the before image's text, kept if their bytes did not change).
         j = i
-        while j < len(block) and _le_code(block[j][2]):
+        while j < len(block) and _le_code(block[j][2]) and not (before and block[j][2].type_code in _COSTLY_FIXED):
             j += 1
         if j - i >= 2:
             run = block[i:j]
@@ -433,7 +446,7 @@ def _emit_fixed_block(
             )
             b.lines.append(f"{ind}{targets} = {unpack}(buf, {at})")
             for _bit, index, column in run:
-                b.lines.extend(ind + line for line in _from_number(column, f"v{index}"))
+                b.lines.extend(ind + line for line in _from_number(column, f"v{index}", off))
                 off += fixed_size(column) or 0
             i = j
             continue
