@@ -259,7 +259,8 @@ def whole_time2_text(value: int) -> str:
     return "%02d:%s" % (value >> 12 & 0x3FF, MINUTES_SECONDS[value & 0xFFF])  # noqa: UP031
 
 
-MINUTES_SECONDS = tuple(f"{minute:02d}:{second:02d}" for minute in range(64) for second in range(64))  # minute << 6 | s
+# "mm:ss" by minute << 6 | second, the low 12 bits of a TIME2 value (out-of-range fields print as they are).
+MINUTES_SECONDS = tuple(f"{minute:02d}:{second:02d}" for minute in range(64) for second in range(64))
 DATE_TEXT = Memo(lambda raw: date_text(raw[0] | raw[1] << 8 | raw[2] << 16))  # by the 3 stored bytes
 DATETIME2_DATE = Memo(_ymd_text)
 
