@@ -144,8 +144,11 @@ class _Builder:
         self.consts: dict[str, object] = {}
 
     def const(self, value: object, prefix: str = "k") -> str:
+        # Equal immutable values share a name; anything else only itself (two SET memos are equal while still
+        # empty, yet hold the texts of different labels).
+        immutable = isinstance(value, (tuple, str, bytes, int))
         for name, existing in self.consts.items():
-            if existing is value or (type(existing) is type(value) and existing == value):
+            if existing is value or (immutable and type(existing) is type(value) and existing == value):
                 return name
         name = f"{prefix}{len(self.consts)}"
         self.consts[name] = value
@@ -261,10 +264,7 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
         return [], f"_tmold(_from(buf[{at(0)}:{at(3)}], 'little', signed=True))"
     if t == MYSQL_TYPE_TIME2:
         if meta == 0:
-            # Times of day come from the DATETIME2 table; longer ones are formatted here, negative ones by _t2.
-            return [f"n = (buf[{at(0)}] << 16 | buf[{at(1)}] << 8 | buf[{at(2)}]) - 8388608"], (
-                "DT2T[n] if 0 <= n < 98304 else '%02d:%s' % (n >> 12 & 1023, MS[n & 4095]) if n > 0 else _t2(n)"
-            )
+            return [f"n = (buf[{at(0)}] << 16 | buf[{at(1)}] << 8 | buf[{at(2)}]) - 8388608"], _time2_of("n")
         return [], f"_tm2(buf, {at(0)}, {meta})"
     if t == MYSQL_TYPE_BIT:
         nbytes = ((meta & 0xFF) * 8 + (meta >> 8) + 7) // 8
@@ -389,30 +389,75 @@ def _emit_variable(b: _Builder, column: ColumnInfo, var: str, ind: str) -> None:
         b.lines.append(f"{ind}if n - {width} < {padded_binary}: {var} += bytes({padded_binary + width} - n)")
 
 
-def _le_code(column: ColumnInfo) -> str:
-    """The struct code of a little-endian number column ("" for anything else)."""
-    t = column.type_code
+def _struct_code(column: ColumnInfo) -> tuple[str, str]:
+    """(byte order, struct codes) reading the column's value into one variable (two for ``_TWO_PARTS``, the second
+    named ``h<var>``), or ("", "") when it has no such form. The byte order is "<", ">", or "" for single bytes and
+    byte strings, which read alike in either (so they join a run of either)."""
+    t, meta = column.type_code, column.meta
     if t == MYSQL_TYPE_TINY:
-        return "B"  # the raw byte, turned into text through SIGNED_BYTE/UNSIGNED_BYTE
+        return "", "B"  # the raw byte, turned into text through SIGNED_BYTE/UNSIGNED_BYTE
     if t in _INT_FORMATS:
-        return _INT_FORMATS[t][2 if column.unsigned else 1]
+        return "<", _INT_FORMATS[t][2 if column.unsigned else 1]
     if t == MYSQL_TYPE_INT24:
-        return "HB" if column.unsigned else "Hb"  # low 16 bits, then the (signed) high byte
-    return {MYSQL_TYPE_FLOAT: "f", MYSQL_TYPE_DOUBLE: "d"}.get(t, "")
+        return "<", "HB" if column.unsigned else "Hb"  # low 16 bits, then the (signed) high byte
+    if t in (MYSQL_TYPE_FLOAT, MYSQL_TYPE_DOUBLE):
+        return "<", "f" if t == MYSQL_TYPE_FLOAT else "d"
+    if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
+        return "", "3s"  # the key of DATE_TEXT
+    if t == MYSQL_TYPE_DATETIME2:
+        return "", f"{5 + (meta + 1) // 2}s"  # the key of DATETIME2_BYTES
+    if t == MYSQL_TYPE_TIMESTAMP2 and meta == 0:
+        return ">", "I"
+    if t == MYSQL_TYPE_TIME2 and meta == 0:
+        return ">", "BH"
+    if t == MYSQL_TYPE_YEAR or (t in (MYSQL_TYPE_ENUM, MYSQL_TYPE_SET) and meta == 1):
+        return "", "B"
+    if t == MYSQL_TYPE_SET and meta == 2:
+        return "<", "H"
+    if t == MYSQL_TYPE_BIT and fixed_size(column) == 1:
+        return "", "B"
+    return "", ""
 
 
-def _from_number(column: ColumnInfo, var: str, off: int) -> list[str]:
-    """Statements turning the number unpacked into ``var`` (from ``off`` bytes after p) into its text."""
-    if column.type_code in (MYSQL_TYPE_FLOAT, MYSQL_TYPE_DOUBLE):
-        size = 4 if column.type_code == MYSQL_TYPE_FLOAT else 8
-        text = _float_text if column.type_code == MYSQL_TYPE_FLOAT else _double_text
+#: Types that ``_struct_code`` reads in two parts.
+_TWO_PARTS = (MYSQL_TYPE_INT24, MYSQL_TYPE_TIME2)
+
+
+def _from_struct(b: _Builder, column: ColumnInfo, var: str, off: int) -> list[str]:
+    """Statements turning what ``_struct_code`` read into ``var`` (from ``off`` bytes after p) into its text."""
+    t, meta = column.type_code, column.meta
+    if t in (MYSQL_TYPE_FLOAT, MYSQL_TYPE_DOUBLE):
+        size = 4 if t == MYSQL_TYPE_FLOAT else 8
+        text = _float_text if t == MYSQL_TYPE_FLOAT else _double_text
         prelude, expression = text(var, f"buf[p + {off}:p + {off + size}]")
         return [*prelude, f"{var} = {expression}"]
-    if column.type_code == MYSQL_TYPE_INT24:
+    if t == MYSQL_TYPE_INT24:
         return [f"{var} = str({var} | h{var} << 16)"]
-    if column.type_code == MYSQL_TYPE_TINY:
+    if t == MYSQL_TYPE_TINY:
         return [f"{var} = {'UB' if column.unsigned else 'SB'}[{var}]"]
-    return [f"{var} = str({var})"]
+    if t in _INT_FORMATS:
+        return [f"{var} = str({var})"]
+    if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
+        return [f"{var} = DATE[{var}]"]
+    if t == MYSQL_TYPE_DATETIME2:
+        return [f"{var} = DT2B{meta}[{var}]"]
+    if t == MYSQL_TYPE_TIMESTAMP2:
+        return [f"{var} = DAY[{var} // 86400] + SOD[{var} % 86400] if {var} else '0000-00-00 00:00:00'"]
+    if t == MYSQL_TYPE_TIME2:
+        return [f"{var} = ({var} << 16 | h{var}) - 8388608", f"{var} = {_time2_of(var)}"]
+    if t == MYSQL_TYPE_YEAR:
+        return [f"{var} = YEAR[{var}]"]
+    if t == MYSQL_TYPE_ENUM:
+        return [f"{var} = {b.const(_values.enum_table(column.enum_values), 'enum')}[{var}]"]
+    if t == MYSQL_TYPE_SET:
+        return [f"{var} = {b.const(_values.set_memo(column.set_values), 'set')}[{var}]"]
+    return [f"{var} = UB[{var}]"]  # BIT(1..8)
+
+
+def _time2_of(n: str) -> str:
+    """The text of a whole TIME2 value ``n`` (offset removed): times of day from the DATETIME2 table, longer ones
+    formatted inline, negative ones by ``whole_time2_text``."""
+    return f"DT2T[{n}] if 0 <= {n} < 98304 else '%02d:%s' % ({n} >> 12 & 1023, MS[{n} & 4095]) if {n} > 0 else _t2({n})"
 
 
 #: Types whose text costs much more than comparing their bytes: an UPDATE's after image keeps the before image's
@@ -432,21 +477,25 @@ def _emit_fixed_block(
     off = 0
     i = 0
     while i < len(block):
-        # Consecutive little-endian numbers come out of one struct call (in an after image, not the costly ones:
-        # their variables still hold the before image's text, kept if their bytes did not change).
-        j = i
-        while j < len(block) and _le_code(block[j][2]) and not (before and block[j][2].type_code in _COSTLY_FIXED):
-            j += 1
+        # Consecutive values of one byte order (bytes and byte strings go with either) come out of one struct call;
+        # in an after image, not the costly ones: their variables still hold the before image's text, kept if their
+        # bytes did not change.
+        j, order, codes = i, "", ""
+        while j < len(block) and not (before and block[j][2].type_code in _COSTLY_FIXED):
+            column_order, column_codes = _struct_code(block[j][2])
+            if not column_codes or (column_order and order and column_order != order):
+                break
+            order, codes, j = order or column_order, codes + column_codes, j + 1
         if j - i >= 2:
             run = block[i:j]
-            unpack = b.unpacker("".join(_le_code(c) for _bit, _index, c in run))
+            unpack = b.const(struct.Struct((order or "<") + codes).unpack_from, "u")
             at = "p" if off == 0 else f"p + {off}"
             targets = ", ".join(
-                f"v{index}, hv{index}" if c.type_code == MYSQL_TYPE_INT24 else f"v{index}" for _bit, index, c in run
+                f"v{index}, hv{index}" if c.type_code in _TWO_PARTS else f"v{index}" for _bit, index, c in run
             )
             b.lines.append(f"{ind}{targets} = {unpack}(buf, {at})")
             for _bit, index, column in run:
-                b.lines.extend(ind + line for line in _from_number(column, f"v{index}", off))
+                b.lines.extend(ind + line for line in _from_struct(b, column, f"v{index}", off))
                 off += fixed_size(column) or 0
             i = j
             continue

@@ -251,6 +251,7 @@ ENUMS = [
     Column("e", "ENUM(" + ", ".join(f"'{x}'" for x in ENUM_LABELS) + ")", ["'a'", "'b,c'", "'it''s'", "''", "'Ünï'"]),
     Column("e300", "ENUM(" + ", ".join(f"'v{i}'" for i in range(300)) + ")", ["'v0'", "'v299'", "'v150'"]),
     Column("s", "SET('x', 'yz', 'w')", ["''", "'x'", "'x,w'", "'x,yz,w'", "NULL"]),
+    Column("s12", "SET(" + ", ".join(f"'k{i}'" for i in range(12)) + ")", ["'k0,k11'", "'k8'", "''", "'k1,k9'"]),
     Column("s64", "SET(" + ", ".join(f"'m{i}'" for i in range(64)) + ")", ["'m0,m63'", "'m31,m32'", "''"]),
     Column("el", "ENUM('é', 'ß') CHARACTER SET latin1", ["'é'", "'ß'"]),
 ]

@@ -100,3 +100,19 @@ def test_generated_decoders_fill_every_row_change_slot() -> None:
     for slot in RowChange.__slots__:
         getattr(change, slot)  # raises AttributeError if the generated code left a slot unset
     assert change == RowChange("s", "t", 2, ("id", "v"), ("5", "ab"), ("5", "ab"), "f", 9, 0, 7, "g", info)
+
+
+def test_two_set_columns_keep_their_own_labels() -> None:
+    from binlog.constants import KIND_INSERT, MYSQL_TYPE_SET
+    from binlog.rowdecoder import build_rows_decoder
+
+    # Both SET memos are empty (so equal) when the decoder is generated; each must still render its own labels.
+    columns = tuple(
+        ColumnInfo(name, MYSQL_TYPE_SET, "set", meta=meta, set_values=labels, nullable=False)
+        for name, meta, labels in (("a", 1, ("x", "y")), ("b", 1, ("p", "q")), ("c", 2, tuple("abcdefghij")))
+    )
+    rows = bytes([0, 0b01, 0b10]) + (0b11 << 8 | 1).to_bytes(2, "little")
+    decode = build_rows_decoder(columns, KIND_INSERT, 0b111)
+    changes, end = decode(rows, 0, len(rows), "s", "t", ("a", "b", "c"), "f", 9, 7, "g", None, 0)
+    assert end == len(rows)
+    assert changes[0].after == ("x", "q", "a,i,j")
