@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -37,19 +38,23 @@ def _expiry(now: datetime.datetime, interval: float) -> datetime.datetime:
     return now + datetime.timedelta(seconds=interval * MISSED_REPORTS)
 
 
+def _fields(info: ProcessInfo, interval: float, connections: int) -> dict[str, Any]:
+    now = timezone.now()
+    return {
+        "hostname": info.hostname[:255],
+        "pid": info.pid,
+        "addresses": info.addresses[:500],
+        "instance_id": info.instance_id,
+        "started": info.started,
+        "heartbeat": now,
+        "expires": _expiry(now, interval),
+        "connections": connections,
+    }
+
+
 def register(info: ProcessInfo, interval: float) -> int:
     """A new row for a starting relay process; returns its id (the sessions it opens point at it)."""
-    now = timezone.now()
-    process = RelayProcess.objects.create(
-        hostname=info.hostname[:255],
-        pid=info.pid,
-        addresses=info.addresses[:500],
-        instance_id=info.instance_id,
-        started=info.started,
-        heartbeat=now,
-        expires=_expiry(now, interval),
-    )
-    return process.id
+    return RelayProcess.objects.create(**_fields(info, interval, 0)).id
 
 
 def report(process_id: int, info: ProcessInfo, interval: float, connections: int, sessions: Mapping[int, int]) -> int:
@@ -69,19 +74,7 @@ def report(process_id: int, info: ProcessInfo, interval: float, connections: int
         )
         ended = _end_expired(now, exclude=process_id)
         if not on_time:
-            RelayProcess.objects.update_or_create(
-                id=process_id,
-                defaults={
-                    "hostname": info.hostname[:255],
-                    "pid": info.pid,
-                    "addresses": info.addresses[:500],
-                    "instance_id": info.instance_id,
-                    "started": info.started,
-                    "heartbeat": now,
-                    "expires": _expiry(now, interval),
-                    "connections": connections,
-                },
-            )
+            RelayProcess.objects.update_or_create(id=process_id, defaults=_fields(info, interval, connections))
             for client_id, token in sessions.items():
                 Client.objects.filter(id=client_id, token=token).update(connected=True, relay_process_id=process_id)
     return ended
