@@ -127,11 +127,9 @@ _GLOBALS: dict[str, object] = {
     "UB": _values.UNSIGNED_BYTE,
     "YEAR": _values.YEAR_TEXT,
     "DATE": _values.DATE_TEXT,
-    "DT2D": _values.DATETIME2_DATE,
     "DT2T": _values.DATETIME2_TIME,
     "_t2": _values.whole_time2_text,
     "MS": _values.MINUTES_SECONDS,
-    **{f"FR{fsp}": memo for fsp, memo in _values.FRACTIONS.items()},
     **{f"DT2B{fsp}": memo for fsp, memo in _values.DATETIME2_BYTES.items()},
 }
 

@@ -6,9 +6,9 @@ Every function takes the raw value (an int, or the bytes of the value) and retur
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
 ZERO_DATE = "0000-00-00"
@@ -123,7 +123,7 @@ def fraction_text(usec: int, fsp: int) -> str:
     return "." + f"{usec:06d}"[:fsp] if fsp else ""
 
 
-@lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=8192)
 def date_of_unix_day(day: int) -> str:
     """'YYYY-MM-DD' of a day number since 1970-01-01 (proleptic Gregorian, UTC)."""
     # Howard Hinnant's days-to-civil algorithm: exact for every day a TIMESTAMP can hold.
@@ -276,14 +276,29 @@ DATETIME2_TIME = tuple(  # hour << 12 | minute << 6 | second → "hh:mm:ss" (the
 )
 
 
+# ".d", ".dd", ".ddd" by microseconds // 10 ** (6 - fsp): at most 1,000 texts each.
+_SHORT_FRACTIONS = {fsp: tuple("." + f"{i:0{fsp}d}" for i in range(10**fsp)) for fsp in (1, 2, 3)}
+
+
 def _datetime2_from_bytes(raw: bytes, fsp: int) -> str:
+    """A whole DATETIME2 from its stored bytes, from the date memo and the time-of-day table (each value that misses
+    ``DATETIME2_BYTES`` goes through here, and with fractions most values miss)."""
     packed = int.from_bytes(raw[:5], "big") - 0x8000000000
-    return datetime2_text(packed, frac_usec(raw, 5, fsp) if fsp else 0, fsp)
+    hms = packed & 0x1FFFF
+    clock = DATETIME2_TIME[hms] if packed >= 0 and hms < 24 << 12 else ""
+    usec = frac_usec(raw, 5, fsp) if fsp else 0
+    if not clock:  # fields out of range (never written by a server): printed as they are
+        return datetime2_text(packed, usec, fsp)
+    text = DATETIME2_DATE[packed >> 17] + clock
+    if not fsp:
+        return text
+    if fsp <= 3:
+        return text + _SHORT_FRACTIONS[fsp][usec // 10 ** (6 - fsp)]
+    return text + fraction_text(usec, fsp)
 
 
 # Whole DATETIME2 values by their stored bytes (one memo per precision: equal lengths, different layouts).
-DATETIME2_BYTES = {fsp: Memo(lambda raw, fsp=fsp: _datetime2_from_bytes(raw, fsp)) for fsp in range(7)}
-FRACTIONS = {fsp: Memo(lambda usec, fsp=fsp: "." + f"{usec:06d}"[:fsp]) for fsp in range(1, 7)}
+DATETIME2_BYTES = {fsp: Memo(functools.partial(_datetime2_from_bytes, fsp=fsp)) for fsp in range(7)}
 
 
 _SHARED_MEMOS = (
@@ -291,7 +306,6 @@ _SHARED_MEMOS = (
     DATETIME2_DATE,
     DAY_TEXT,
     *DATETIME2_BYTES.values(),
-    *FRACTIONS.values(),
 )
 
 

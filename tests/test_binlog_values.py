@@ -116,3 +116,20 @@ def test_two_set_columns_keep_their_own_labels() -> None:
     changes, end = decode(rows, 0, len(rows), "s", "t", ("a", "b", "c"), "f", 9, 7, "g", None, 0)
     assert end == len(rows)
     assert changes[0].after == ("x", "q", "a,i,j")
+
+
+def test_datetime2_texts_from_stored_bytes() -> None:
+    from binlog.values import DATETIME2_BYTES
+
+    def stored(year: int, month: int, day: int, hour: int, minute: int, second: int, fraction: bytes = b"") -> bytes:
+        ymd = (year * 13 + month) << 5 | day
+        return ((ymd << 17 | hour << 12 | minute << 6 | second) + 0x8000000000).to_bytes(5, "big") + fraction
+
+    clear_memos()
+    assert DATETIME2_BYTES[0][stored(2024, 2, 29, 23, 59, 58)] == "2024-02-29 23:59:58"
+    assert DATETIME2_BYTES[0][stored(0, 0, 0, 0, 0, 0)] == "0000-00-00 00:00:00"
+    assert DATETIME2_BYTES[1][stored(2024, 1, 2, 3, 4, 5, bytes([50]))] == "2024-01-02 03:04:05.5"
+    assert DATETIME2_BYTES[3][stored(2024, 1, 2, 3, 4, 5, (1230).to_bytes(2, "big"))] == "2024-01-02 03:04:05.123"
+    assert DATETIME2_BYTES[6][stored(2024, 1, 2, 3, 4, 5, (7).to_bytes(3, "big"))] == "2024-01-02 03:04:05.000007"
+    # Fields no server writes are printed as they are rather than raising.
+    assert DATETIME2_BYTES[0][stored(2024, 1, 2, 25, 61, 0)] == "2024-01-02 25:61:00"
