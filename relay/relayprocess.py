@@ -67,8 +67,9 @@ def report(process_id: int, info: ProcessInfo, interval: float, connections: int
     """
     now = timezone.now()
     with transaction.atomic():
-        # A write first: on SQLite it takes the database's write lock, so the sweep below runs alone; on PostgreSQL
-        # the sweep locks the expired rows, and a late process's own UPDATE waits for it.
+        # A write first: on SQLite it takes the database's write lock, so the sweep below runs alone. On PostgreSQL
+        # the sweep locks the expired rows, and a late process's update_or_create below (SELECT ... FOR UPDATE of
+        # its own row) waits for a sweep of it to commit, so it re-opens its sessions after that sweep ended them.
         on_time = RelayProcess.objects.filter(id=process_id, expires__gte=now).update(
             heartbeat=now, expires=_expiry(now, interval), connections=connections
         )
