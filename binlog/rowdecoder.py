@@ -152,8 +152,8 @@ class _Builder:
         self.consts[name] = value
         return name
 
-    def unpacker(self, fmt: str) -> str:
-        return self.const(struct.Struct("<" + fmt).unpack_from, "u")
+    def unpacker(self, fmt: str, order: str = "<") -> str:
+        return self.const(struct.Struct(order + fmt).unpack_from, "u")
 
 
 _UTF8_REPLACE = "{}.decode('utf-8', 'replace')"
@@ -200,58 +200,29 @@ def fixed_size(column: ColumnInfo) -> int | None:
     }.get(t)
 
 
-def _float_text(var: str, raw: str) -> tuple[list[str], str]:
-    """(statements, expression): the text of the single unpacked into ``var`` from the bytes ``raw``, inline for the
-    common case (6 significant digits that read back to the same single), else ``float_text``."""
-    return [f"ft = '%.6g' % {var}"], f"ft if {var} and 'e' not in ft and _pf(float(ft)) == {raw} else _flt({raw})"
+def _fixed(b: _Builder, column: ColumnInfo, off: int, var: str) -> list[str]:
+    """Statements setting ``var`` to the text of a fixed-size value that starts ``off`` bytes after ``p``."""
+    if _struct_code(column)[1]:
+        return [_read(b, [(column, var)], off), *_from_struct(b, column, var, off)]
+    prelude, expression = _unstructured(b, column, off)
+    return [*prelude, f"{var} = {expression}"]
 
 
-def _double_text(var: str, raw: str) -> tuple[list[str], str]:
-    """The same for a double: inline for repr's fixed notation, else ``double_text``."""
-    return [f"ft = repr({var})"], (
-        f"(ft[:-2] if ft[-2:] == '.0' else ft) if 'e' not in ft and -1e15 < {var} < 1e15 else _dbl({raw})"
-    )
-
-
-def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
-    """(statements, expression) reading a fixed-size value that starts ``off`` bytes after ``p``."""
+def _unstructured(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
+    """(statements, expression) reading a fixed-size value that ``_struct_code`` has no form for."""
 
     def at(k: int) -> str:
         return "p" if off + k == 0 else f"p + {off + k}"
 
     t, meta = column.type_code, column.meta
-    if t == MYSQL_TYPE_TINY:
-        return [], f"{'UB' if column.unsigned else 'SB'}[buf[{at(0)}]]"
-    if t in _INT_FORMATS:
-        _size, signed, unsigned = _INT_FORMATS[t]
-        return [], f"str({b.unpacker(unsigned if column.unsigned else signed)}(buf, {at(0)})[0])"
-    if t == MYSQL_TYPE_INT24:
-        return [], f"str(_from(buf[{at(0)}:{at(3)}], 'little', signed={not column.unsigned}))"
-    if t == MYSQL_TYPE_FLOAT:
-        prelude, expression = _float_text("fx", f"buf[{at(0)}:{at(4)}]")
-        return [f"fx = {b.unpacker('f')}(buf, {at(0)})[0]", *prelude], expression
     if t == MYSQL_TYPE_NEWDECIMAL:
         return _decimal(b, meta >> 8, meta & 0xFF, at(0))
-    if t == MYSQL_TYPE_DOUBLE:
-        prelude, expression = _double_text("fx", f"buf[{at(0)}:{at(8)}]")
-        return [f"fx = {b.unpacker('d')}(buf, {at(0)})[0]", *prelude], expression
-    if t == MYSQL_TYPE_YEAR:
-        return [], f"YEAR[buf[{at(0)}]]"
-    if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
-        return [], f"DATE[buf[{at(0)}:{at(3)}]]"
     if t == MYSQL_TYPE_TIMESTAMP:
         if meta:  # MariaDB hires (precision from information_schema)
             return [], f"_tsh(buf, {at(0)}, {meta})"
         return [], f"_tsf({b.unpacker('I')}(buf, {at(0)})[0])"
-    if t == MYSQL_TYPE_TIMESTAMP2:
-        if meta:
-            return [], f"_ts(_from(buf[{at(0)}:{at(4)}], 'big'), _frac(buf, {at(4)}, {meta}), {meta})"
-        return [f"n = _from(buf[{at(0)}:{at(4)}], 'big')"], (
-            "DAY[n // 86400] + SOD[n % 86400] if n else '0000-00-00 00:00:00'"
-        )
-    if t == MYSQL_TYPE_DATETIME2:
-        # By the stored bytes: datetimes repeat (both images of an UPDATE, rows written in the same second).
-        return [], f"DT2B{meta}[buf[{at(0)}:{at(5 + (meta + 1) // 2)}]]"
+    if t == MYSQL_TYPE_TIMESTAMP2:  # with a fraction (TIMESTAMP(0) has a struct code)
+        return [], f"_ts(_from(buf[{at(0)}:{at(4)}], 'big'), _frac(buf, {at(4)}, {meta}), {meta})"
     if t == MYSQL_TYPE_DATETIME:
         if meta:
             return [], f"_dth(buf, {at(0)}, {meta})"
@@ -260,24 +231,14 @@ def _fixed(b: _Builder, column: ColumnInfo, off: int) -> tuple[list[str], str]:
         if meta:
             return [], f"_tmh(buf, {at(0)}, {meta})"
         return [], f"_tmold(_from(buf[{at(0)}:{at(3)}], 'little', signed=True))"
-    if t == MYSQL_TYPE_TIME2:
-        if meta == 0:
-            return [f"n = (buf[{at(0)}] << 16 | buf[{at(1)}] << 8 | buf[{at(2)}]) - 8388608"], _time2_of("n")
+    if t == MYSQL_TYPE_TIME2:  # with a fraction
         return [], f"_tm2(buf, {at(0)}, {meta})"
     if t == MYSQL_TYPE_BIT:
         nbytes = ((meta & 0xFF) * 8 + (meta >> 8) + 7) // 8
-        if nbytes == 1:
-            return [], f"UB[buf[{at(0)}]]"
         return [], f"str(_from(buf[{at(0)}:{at(nbytes)}], 'big'))"
     if t == MYSQL_TYPE_ENUM:
-        if meta == 1:
-            return [], f"{b.const(_values.enum_table(column.enum_values), 'enum')}[buf[{at(0)}]]"
         return [], f"_enum(_from(buf[{at(0)}:{at(meta)}], 'little'), {b.const(column.enum_values, 'labels')})"
     if t == MYSQL_TYPE_SET:
-        if meta == 1:
-            return [], f"{b.const(_values.set_memo(column.set_values), 'set')}[buf[{at(0)}]]"
-        if meta == 2:
-            return [], f"{b.const(_values.set_memo(column.set_values), 'set')}[buf[{at(0)}] | buf[{at(1)}] << 8]"
         return [], f"_set(_from(buf[{at(0)}:{at(meta)}], 'little'), {b.const(column.set_values, 'labels')})"
     if t == MYSQL_TYPE_NULL:
         return [], "None"
@@ -424,11 +385,20 @@ _TWO_PARTS = (MYSQL_TYPE_INT24, MYSQL_TYPE_TIME2)
 def _from_struct(b: _Builder, column: ColumnInfo, var: str, off: int) -> list[str]:
     """Statements turning what ``_struct_code`` read into ``var`` (from ``off`` bytes after p) into its text."""
     t, meta = column.type_code, column.meta
-    if t in (MYSQL_TYPE_FLOAT, MYSQL_TYPE_DOUBLE):
-        size = 4 if t == MYSQL_TYPE_FLOAT else 8
-        text = _float_text if t == MYSQL_TYPE_FLOAT else _double_text
-        prelude, expression = text(var, f"buf[p + {off}:p + {off + size}]")
-        return [*prelude, f"{var} = {expression}"]
+    if t == MYSQL_TYPE_FLOAT:
+        # Inline for the common case, 6 significant digits that read back to the same single; else float_text.
+        raw = f"buf[p + {off}:p + {off + 4}]"
+        return [
+            f"ft = '%.6g' % {var}",
+            f"{var} = ft if {var} and 'e' not in ft and _pf(float(ft)) == {raw} else _flt({raw})",
+        ]
+    if t == MYSQL_TYPE_DOUBLE:
+        # Inline for repr's fixed notation; else double_text.
+        raw = f"buf[p + {off}:p + {off + 8}]"
+        return [
+            f"ft = repr({var})",
+            f"{var} = (ft[:-2] if ft[-2:] == '.0' else ft) if 'e' not in ft and -1e15 < {var} < 1e15 else _dbl({raw})",
+        ]
     if t == MYSQL_TYPE_INT24:
         return [f"{var} = str({var} | h{var} << 16)"]
     if t == MYSQL_TYPE_TINY:
@@ -450,6 +420,22 @@ def _from_struct(b: _Builder, column: ColumnInfo, var: str, off: int) -> list[st
     if t == MYSQL_TYPE_SET:
         return [f"{var} = {b.const(_values.set_memo(column.set_values), 'set')}[{var}]"]
     return [f"{var} = UB[{var}]"]  # BIT(1..8)
+
+
+def _read(b: _Builder, columns: list[tuple[ColumnInfo, str]], off: int) -> str:
+    """The statement reading consecutive columns of one byte order (see ``_struct_code``) into their variables,
+    from ``off`` bytes after p; a lone byte or byte string is read without a struct call."""
+    order = next((o for o, _codes in map(_struct_code, (c for c, _var in columns)) if o), "<")
+    codes = "".join(_struct_code(c)[1] for c, _var in columns)
+    targets = ", ".join(f"{var}, h{var}" if c.type_code in _TWO_PARTS else var for c, var in columns)
+    at = "p" if off == 0 else f"p + {off}"
+    if len(columns) > 1 or columns[0][0].type_code in _TWO_PARTS:
+        return f"{targets} = {b.unpacker(codes, order)}(buf, {at})"
+    if codes == "B":
+        return f"{targets} = buf[{at}]"
+    if codes.endswith("s"):
+        return f"{targets} = buf[{at}:p + {off + int(codes[:-1])}]"
+    return f"{targets} = {b.unpacker(codes, order)}(buf, {at})[0]"
 
 
 def _time2_of(n: str) -> str:
@@ -478,37 +464,30 @@ def _emit_fixed_block(
         # Consecutive values of one byte order (bytes and byte strings go with either) come out of one struct call;
         # in an after image, not the costly ones: their variables still hold the before image's text, kept if their
         # bytes did not change.
-        j, order, codes = i, "", ""
+        j, order = i, ""
         while j < len(block) and not (before and block[j][2].type_code in _COSTLY_FIXED):
-            column_order, column_codes = _struct_code(block[j][2])
-            if not column_codes or (column_order and order and column_order != order):
+            column_order, codes = _struct_code(block[j][2])
+            if not codes or (column_order and order and column_order != order):
                 break
-            order, codes, j = order or column_order, codes + column_codes, j + 1
-        if j - i >= 2:
-            run = block[i:j]
-            unpack = b.const(struct.Struct((order or "<") + codes).unpack_from, "u")
-            at = "p" if off == 0 else f"p + {off}"
-            targets = ", ".join(
-                f"v{index}, hv{index}" if c.type_code in _TWO_PARTS else f"v{index}" for _bit, index, c in run
-            )
-            b.lines.append(f"{ind}{targets} = {unpack}(buf, {at})")
-            for _bit, index, column in run:
-                b.lines.extend(ind + line for line in _from_struct(b, column, f"v{index}", off))
+            order, j = order or column_order, j + 1
+        if j > i:
+            run = [(column, f"v{index}") for _bit, index, column in block[i:j]]
+            b.lines.append(ind + _read(b, run, off))
+            for column, var in run:
+                b.lines.extend(ind + line for line in _from_struct(b, column, var, off))
                 off += fixed_size(column) or 0
             i = j
             continue
         _bit, index, column = block[i]
-        prelude, expression = _fixed(b, column, off)
+        statements = _fixed(b, column, off, f"v{index}")
         size = fixed_size(column) or 0
         if before is not None and column.type_code in _COSTLY_FIXED and size:
             start, condition = before
             changed = f"buf[p + {off}:p + {off + size}] != buf[{start} + {off}:{start} + {off + size}]"
             b.lines.append(f"{ind}if {condition + ' or ' if condition else ''}{changed}:")
-            b.lines.extend(ind + "    " + line for line in prelude)
-            b.lines.append(f"{ind}    v{index} = {expression}")
+            b.lines.extend(ind + "    " + line for line in statements)
         else:
-            b.lines.extend(ind + line for line in prelude)
-            b.lines.append(f"{ind}v{index} = {expression}")
+            b.lines.extend(ind + line for line in statements)
         off += size
         i += 1
     if off:
@@ -592,15 +571,12 @@ def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind:
                 _emit_fixed_block(b, block, deeper)
             b.lines.append(f"{ind}else:")
             for bit, index, column in block:
-                prelude, expression = _fixed(b, column, 0)
-                size = fixed_size(column) or 0
+                statements = [*_fixed(b, column, 0, f"v{index}"), f"p += {fixed_size(column) or 0}"]
                 if column.nullable:
                     b.lines += [f"{deeper}if nb & {1 << bit}:", f"{deepest}v{index} = None", f"{deeper}else:"]
-                    b.lines.extend(deepest + line for line in prelude)
-                    b.lines.append(f"{deepest}v{index} = {expression}; p += {size}")
+                    b.lines.extend(deepest + line for line in statements)
                 else:
-                    b.lines.extend(deeper + line for line in prelude)
-                    b.lines.append(f"{deeper}v{index} = {expression}; p += {size}")
+                    b.lines.extend(deeper + line for line in statements)
         k = end
     names = [f"v{index}" if present >> index & 1 else "NP" for index in range(len(columns))]
     return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
