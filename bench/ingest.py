@@ -26,7 +26,7 @@ import psycopg2
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from relay.sandbox import MariaDB  # noqa: E402
+from devtools.sandbox import MariaDB  # noqa: E402
 
 TABLE = """CREATE TABLE bench.orders (
   id INT PRIMARY KEY, customer INT NOT NULL, total DECIMAL(12,2), status VARCHAR(20), note TEXT,

@@ -43,7 +43,8 @@ def _worker_main(out: Path, manage_args: list[str]) -> None:
     from django.core.management import call_command
     from django.db import transaction
 
-    from relay import ingest, worker
+    from relay.worker import ingest
+    from relay.worker import runner as worker
 
     arrivals: list[tuple[float, list[int]]] = []
     batches: list[tuple[float, float, float, list[int]]] = []
@@ -98,7 +99,7 @@ def _listen(url: str, stop: threading.Event, notes: list[float]) -> None:
     import psycopg2
     import psycopg2.extensions
 
-    from relay.ingest import QUEUE_CHANNEL
+    from relay.store.channels import QUEUE_CHANNEL
 
     conn = psycopg2.connect(url.replace("postgres://", "postgresql://"))
     conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
@@ -159,7 +160,7 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from relay.sandbox import MariaDB
+    from devtools.sandbox import MariaDB
 
     call_command("migrate", verbosity=0)
     log = workdir / "relay.log"

@@ -1,7 +1,7 @@
 """Row changes per second of the usage pipeline in local[1] and local[2], over binlog files of a private MariaDB.
 
 Run by hand: ``.venv/bin/python bench/pipeline.py [--rows 1200000] [--keep DIR]``. It starts a throwaway MariaDB
-(relay.sandbox), writes at least ``--rows`` row changes (inserts, updates, deletes over four tables, in transactions
+(devtools.sandbox), writes at least ``--rows`` row changes (inserts, updates, deletes over four tables, in transactions
 of a few thousand rows) across several binlog files, then runs the pipeline (decode, aggregate, write Parquet; no
 store) once per master, each in a fresh process after a warm-up run, and prints the rates and the speed-up.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from devtools.sandbox import MariaDB
 from relay.pipeline import inputs, job
-from relay.sandbox import MariaDB
 
 TABLES = ("orders", "customers", "events", "stock")
 CHUNK = 5000  # rows per statement (and per transaction)

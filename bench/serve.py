@@ -123,9 +123,10 @@ def fill(client_ids: list[int], count: int) -> None:
 def _fill(client_ids: list[int], count: int) -> None:
     from django.db import transaction
 
-    from relay import bulk, rowcodec
-    from relay.ingest import insert_change_rows
     from relay.models import Change, QueueEntry, QueueState
+    from relay.store import rowcodec
+    from relay.worker import bulk
+    from relay.worker.ingest import insert_change_rows
 
     names = list(ROW)
     with transaction.atomic():
@@ -278,9 +279,11 @@ def percentiles(committed: dict[int, float], got: dict[int, float]) -> tuple[flo
 def bench_latency_synthetic(port: int, seconds: float) -> tuple[float, float, int]:
     from django.db import connection, transaction
 
-    from relay import bulk, rowcodec
-    from relay.ingest import QUEUE_CHANNEL, insert_change_rows
     from relay.models import Change, QueueEntry, QueueState
+    from relay.store import rowcodec
+    from relay.store.channels import QUEUE_CHANNEL
+    from relay.worker import bulk
+    from relay.worker.ingest import insert_change_rows
 
     got: dict[int, float] = {}
     stop = threading.Event()
@@ -325,7 +328,7 @@ def bench_latency_synthetic(port: int, seconds: float) -> tuple[float, float, in
 
 
 def bench_latency_binlog(port: int, env: dict[str, str], workdir: Path, seconds: float) -> tuple[float, float, int]:
-    from relay.sandbox import MariaDB
+    from devtools.sandbox import MariaDB
 
     source = MariaDB(workdir / "mariadb", row_metadata_full=True).start()
     worker = None

@@ -528,7 +528,7 @@ class Soak:
         return Proc(kind, [sys.executable, "manage.py", *args], self.env, self.workdir / f"{name}.log")
 
     def setup(self) -> None:
-        from relay.sandbox import MariaDB
+        from devtools.sandbox import MariaDB
 
         args = self.args
         self.store = Store(args.store, self.workdir, args.pg_url)

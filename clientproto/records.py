@@ -178,7 +178,7 @@ def encode_columns(columns: Iterable[tuple[str, InValue, InValue]]) -> bytes:
     """The end of a record, ColumnCount and the columns: the part that depends on the row change alone.
 
     Text is encoded as strict UTF-8 (UnicodeEncodeError otherwise). A server may keep these bytes with the change
-    and serve them as they are (relay/rowcodec.py does), instead of encoding every column of every record again.
+    and serve them as they are (relay/store/rowcodec.py does), instead of encoding every column of every record again.
     """
     parts = [b""]  # ColumnCount, once known
     append = parts.append

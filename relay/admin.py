@@ -12,15 +12,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
-from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet, Sum
+from django.db import connection
+from django.db.models import F, QuerySet, Sum
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
-from relay import relayprocess, rowcodec, store
-from relay.dashboard import client_status, event_type_name
+from relay import store
 from relay.models import (
     Change,
     Checkpoint,
@@ -40,6 +39,9 @@ from relay.models import (
     WorkerStatus,
     mask_letters,
 )
+from relay.store import relayprocess, rowcodec
+from relay.store.statistics import reset_statistics
+from relay.web.dashboard import client_status, event_type_name
 
 admin.site.site_header = "Binlog relay administration"
 admin.site.site_title = "Binlog relay"
@@ -80,28 +82,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 # -- statistics reset ---------------------------------------------------------------------------------------------
-
-
-def reset_statistics(tables: list[tuple[str, str]] | None = None) -> dict[str, int]:
-    """Zeroes the counters: event counts, table usage and the minute buckets; of some tables only, if given.
-
-    Row updates and deletes, no table locks: the worker's next upsert simply starts again from zero.
-    """
-    with transaction.atomic():
-        usage = TableUsage.objects.all()
-        minutes = UsageMinute.objects.all()
-        events = 0
-        if tables is None:
-            events = EventCount.objects.update(count=0)
-        else:
-            wanted = Q(pk__in=[])
-            for schema, table in tables:
-                wanted |= Q(schema_name=schema, table_name=table)
-            usage = usage.filter(wanted)
-            minutes = minutes.filter(wanted)
-        tables_reset = usage.update(inserts=0, updates=0, deletes=0, start_inserts=0, start_updates=0, start_deletes=0)
-        buckets = minutes.delete()[0]
-    return {"event types": events, "tables": tables_reset, "minute buckets": buckets}
 
 
 def _report_reset(modeladmin: admin.ModelAdmin, request: HttpRequest, counts: dict[str, int]) -> None:
@@ -276,7 +256,7 @@ class QueueStateAdmin(ReadOnlyAdmin):
 @admin.register(Change)
 class ChangeAdmin(ReadOnlyAdmin):
     list_display = ("id", "kind", "schema_name", "table_name", "binlog_file", "binlog_pos", "row_index", "timestamp")
-    # The stored ``data`` is an encoding (relay/rowcodec.py): the page shows the decoded columns instead.
+    # The stored ``data`` is an encoding (relay/store/rowcodec.py): the page shows the decoded columns instead.
     fields = (
         "kind",
         "schema_name",

@@ -6,8 +6,8 @@ lookup on ``(client, seq)``, whatever the number of entries in the store. ``last
 appends) and lives in :class:`QueueState`; ``acked_seq`` and ``delivered_seq`` belong to the relay server (it
 consumes) and live on :class:`Client`, so that the two processes never wait for each other's row locks.
 
-Only relay/store.py, relay/ingest.py, relay/usage.py and relay/relayprocess.py write to these tables; everything else
-uses their APIs.
+The worker's write path (relay/worker/) appends changes, queue entries, counters and the checkpoint; everything else
+writes through the store package (relay/store/), and nothing outside these two writes SQL against these tables.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class Change(models.Model):
     row_index = models.IntegerField(help_text="index of the row within its rows event")
     timestamp = models.BigIntegerField(help_text="event time, unix seconds")
     gtid = models.CharField(max_length=255, blank=True, default="")
-    data = models.TextField(help_text="columns with before/after values, see relay/rowcodec.py")
+    data = models.TextField(help_text="columns with before/after values, see relay/store/rowcodec.py")
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.schema_name}.{self.table_name} @ {self.binlog_file}:{self.binlog_pos}"
@@ -155,7 +155,7 @@ class QueueEntry(models.Model):
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
     seq = models.BigIntegerField(help_text="sequence number of the run's first entry")
     count = models.PositiveIntegerField(default=1, db_default=1, help_text="entries in the run")
-    # No database constraint: changes are deleted only once no entry points at them (relay/store.py), and the
+    # No database constraint: changes are deleted only once no entry points at them (relay/store/queues.py), and the
     # constraint check would cost a lookup on every insert in the hot path.
     change = models.ForeignKey(
         Change, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"

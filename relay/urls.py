@@ -2,7 +2,7 @@ from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from relay import api, metrics, views
+from relay.web import api, metrics, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),

@@ -1,7 +1,7 @@
 """A store filled the way the worker and the relay server fill it, with hostile names, for the dashboard's tests.
 
-Row changes go through relay.ingest.Ingestor (queues, usage counters, minute buckets, schema, event counts and the
-checkpoint in one batch, as the worker writes them); sessions, filters and consumption through relay.store.
+Row changes go through relay.worker.ingest.Ingestor (queues, usage counters, minute buckets, schema, event counts and
+the checkpoint in one batch, as the worker writes them); sessions, filters and consumption through relay.store.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from django.utils import timezone
 from binlog.changes import RowChange, Transaction
 from binlog.position import Position
 from binlog.table import ColumnInfo, TableInfo
-from relay import relayprocess, store
-from relay.ingest import Ingestor
+from relay import store
 from relay.models import Client, ColumnChangeHistory, RelayProcess, UsageHistory, WorkerStatus
+from relay.store import relayprocess
+from relay.worker.ingest import Ingestor
 
 SOURCE = "main"
 HOSTILE = '<script>alert("x")</script>'

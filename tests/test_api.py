@@ -7,8 +7,8 @@ import json
 import pytest
 from django.test import Client as HttpClient
 
-from relay import tableusage
 from relay.models import Client, TableUsage
+from relay.web import tableusage
 from tests.dashboard_data import HOSTILE, PASSWORD, QUOTED, UNICODE, fill_store, make_users
 
 pytestmark = pytest.mark.django_db

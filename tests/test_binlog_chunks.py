@@ -5,7 +5,7 @@ from __future__ import annotations
 from binlog import read_binlog_files
 from binlog.files import iter_file_events
 from binlog.parser import EventDecoder
-from relay.sandbox import MariaDB
+from devtools.sandbox import MariaDB
 
 
 def decode_in_parts(server: MariaDB, chunk_rows: int) -> list:

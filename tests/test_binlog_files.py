@@ -11,7 +11,7 @@ import pytest
 from binlog import TruncatedEventError, read_binlog_files
 from binlog.errors import BinlogError
 from binlog.files import iter_events, iter_file_events, read_binlog_contents
-from relay.sandbox import MariaDB
+from devtools.sandbox import MariaDB
 
 
 @pytest.fixture(scope="module")

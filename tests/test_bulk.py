@@ -2,8 +2,8 @@
 
 import pytest
 
-from relay import bulk
 from relay.models import Change
+from relay.worker import bulk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

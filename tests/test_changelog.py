@@ -12,8 +12,8 @@ import pytest
 
 from binlog import NOT_PRESENT, Position, RowChange, Transaction
 from binlog.table import ColumnInfo, TableInfo
-from relay.changelog import ChangeLog
 from relay.config import LoggerConfig
+from relay.worker.changelog import ChangeLog
 
 COLUMNS = (
     ColumnInfo("id", 3, "int"),

@@ -29,7 +29,7 @@ def test_demo_runs_end_to_end_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     env = {key: value for key, value in __import__("os").environ.items() if not key.startswith(("RELAY_", "DATABASE_"))}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     demo = subprocess.Popen(
-        [sys.executable, "-m", "relay.demo", "--data-dir", str(tmp_path / "demo"), "--rate", "20"],
+        [sys.executable, "-m", "devtools.demo", "--data-dir", str(tmp_path / "demo"), "--rate", "20"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -103,7 +103,7 @@ def test_demo_against_a_configured_source_and_postgresql(tmp_path: Path, mariadb
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.update(RELAY_CONFIG=str(config), DATABASE_URL=store_url)
     demo = subprocess.Popen(
-        [sys.executable, "-m", "relay.demo", "--data-dir", str(tmp_path / "demo"), "--consume", f"I,{schema}.*"],
+        [sys.executable, "-m", "devtools.demo", "--data-dir", str(tmp_path / "demo"), "--consume", f"I,{schema}.*"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

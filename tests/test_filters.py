@@ -1,6 +1,6 @@
 """The filter index: exact and wildcard names, event masks, one subscription per client, earliest filter wins."""
 
-from relay.filters import FilterIndex, FilterSpec, name_matches
+from relay.worker.filterindex import FilterIndex, FilterSpec, name_matches
 
 
 def spec(filter_id: int, client: int, mask: int, schema: str, table: str, limit: int = 0, policy: int = 0):

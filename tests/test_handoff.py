@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from relay.handoff import Empty, RowBoundedHandoff
+from relay.worker.handoff import Empty, RowBoundedHandoff
 
 
 def test_items_come_out_in_order_and_rows_are_counted() -> None:

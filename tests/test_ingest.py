@@ -5,9 +5,10 @@ from django.db import transaction
 
 from binlog import Position, RowChange, Transaction
 from binlog.table import ColumnInfo, TableInfo
-from relay import rowcodec, store
-from relay.ingest import Ingestor
+from relay import store
 from relay.models import Change, QueueEntry, QueueState, WorkerStatus
+from relay.store import rowcodec
+from relay.worker.ingest import Ingestor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

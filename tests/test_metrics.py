@@ -7,8 +7,8 @@ import re
 import pytest
 from django.test import Client as HttpClient
 
-from relay.metrics import CONTENT_TYPE, escape_label
 from relay.models import WorkerStatus
+from relay.web.metrics import CONTENT_TYPE, escape_label
 from tests.dashboard_data import HOSTILE, PASSWORD, QUOTED, UNICODE, fill_store, make_users
 
 pytestmark = pytest.mark.django_db
@@ -134,8 +134,8 @@ def test_standby_age_is_exported(filled) -> None:
 
     from django.utils import timezone
 
-    from relay.metrics import render_metrics
     from relay.models import WorkerStatus
+    from relay.web.metrics import render_metrics
 
     assert "relay_worker_standby_age_seconds{" not in render_metrics()
     WorkerStatus.objects.update(standby_pid=7, standby_heartbeat=timezone.now() - timedelta(seconds=3))

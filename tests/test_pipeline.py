@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from binlog import read_binlog_files
-from relay.changelog import ChangeLog
+from devtools.sandbox import MariaDB
 from relay.config import LoggerConfig
 from relay.pipeline import inputs, job, snapshot, sources
 from relay.pipeline.tally import DAY, FILE, HOUR, FileTally
-from relay.sandbox import MariaDB
+from relay.worker.changelog import ChangeLog
 
 pytestmark = pytest.mark.spark
 

@@ -7,8 +7,9 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from relay import relayprocess, store
+from relay import store
 from relay.models import Client, RelayProcess
+from relay.store import relayprocess
 
 pytestmark = pytest.mark.django_db
 

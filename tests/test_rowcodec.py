@@ -1,8 +1,8 @@
 """How row changes are kept in the store: every kind of value round-trips, NULL and missing stay distinct."""
 
 from binlog import NOT_PRESENT
-from relay import rowcodec
-from relay.rowcodec import MISSING
+from relay.store import rowcodec
+from relay.store.rowcodec import MISSING
 
 
 def test_values_round_trip() -> None:

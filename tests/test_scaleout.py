@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 
 from clientproto import Command, RelayClient, Result, decode_fetch_reply, encode_auth, encode_fetch, server_key
+from devtools.sandbox import MariaDB
 from relay.models import Client, WorkerStatus
-from relay.sandbox import MariaDB
 from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay, stop_all, wait_for
 from tests.harness.relay_server import RawClient, enqueue
 
@@ -211,8 +211,8 @@ def test_a_standby_worker_takes_over_within_seconds(fresh_schema: tuple[MariaDB,
 
 
 def test_the_clients_of_a_killed_relay_process_count_as_disconnected() -> None:
-    from relay import dashboard
     from relay.models import RelayProcess
+    from relay.web import dashboard
 
     beat = "0.2"  # presumed gone after 6 x 0.2 s without a report
     killed, port = start_relay(None, "--heartbeat-seconds", beat)

@@ -523,7 +523,7 @@ def wait_until(predicate, timeout: float = 5.0) -> None:
 
 def test_requests_never_wait_out_the_write_behind_delay(relay: ServerThread, monkeypatch: pytest.MonkeyPatch) -> None:
     # A request writes what is pending itself: it does not wait for the sleeping write-behind task.
-    from relay.relayserver import queues
+    from relay.server import queues
 
     monkeypatch.setattr(queues, "SYNC_DELAY", 2.0)
     client = authed(relay)
@@ -539,8 +539,7 @@ def test_requests_never_wait_out_the_write_behind_delay(relay: ServerThread, mon
 
 
 def _stored_variants() -> list:
-    from relay import rowcodec
-    from relay.store import StoredEntry
+    from relay.store import StoredEntry, rowcodec
 
     images = [
         (1, None, ["1", "ACME", None, "NULL", "", b"\x00\xff", "h\u00e9llo \u20ac"]),
@@ -573,8 +572,8 @@ def _stored_variants() -> list:
 
 def test_cached_fetch_frames_are_byte_identical_to_the_reference_encoder() -> None:
     from clientproto import fetch_reply
-    from relay import rowcodec
-    from relay.relayserver import render
+    from relay.server import render
+    from relay.store import rowcodec
 
     entries = _stored_variants()
     cache = render.RenderCache(size=8)  # small: evictions happen along the way

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from clientproto import RelayClient
+from devtools.sandbox import MariaDB
 from relay.models import Client
-from relay.sandbox import MariaDB
 from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay, stop_all
 
 pytestmark = pytest.mark.django_db(transaction=True)

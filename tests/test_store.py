@@ -2,8 +2,9 @@
 
 import pytest
 
-from relay import rowcodec, store
+from relay import store
 from relay.models import Change, Client, Filter, QueueEntry, QueueState
+from relay.store import rowcodec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -161,7 +162,7 @@ def make_changes(count: int) -> list[int]:
 
 
 def test_runs_of_entries_read_collect_and_expand_like_single_ones() -> None:
-    from relay.ingest import entry_runs
+    from relay.worker.ingest import entry_runs
 
     session = store.open_session("runs")
     ids = make_changes(7)
@@ -190,7 +191,7 @@ def test_runs_of_entries_read_collect_and_expand_like_single_ones() -> None:
 
 
 def test_read_entries_matches_the_runs_for_every_window() -> None:
-    from relay.ingest import entry_runs
+    from relay.worker.ingest import entry_runs
 
     session = store.open_session("windows")
     ids = make_changes(12)

@@ -10,8 +10,9 @@ import pytest
 from django.test import Client as HttpClient
 from django.utils import timezone
 
-from relay import charts, dashboard, store, tableusage
+from relay import store
 from relay.models import Client, ServedEvent, TableUsage, UsageMinute, WorkerStatus
+from relay.web import charts, dashboard, tableusage
 from tests.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE, fill_store, make_users
 
 pytestmark = pytest.mark.django_db

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from relay import rowcodec, store
+from devtools.sandbox import MariaDB
+from relay import store
 from relay.models import Change, Checkpoint, Client, QueueState, SchemaTable, TableUsage, WorkerStatus
-from relay.sandbox import MariaDB
+from relay.store import rowcodec
 from tests.harness.processes import RelayProcess, relay_env, stop_all, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
                 ('row_index', models.IntegerField(help_text='index of the row within its rows event')),
                 ('timestamp', models.BigIntegerField(help_text='event time, unix seconds')),
                 ('gtid', models.CharField(blank=True, default='', max_length=255)),
-                ('data', models.TextField(help_text='columns with before/after values, see relay/rowcodec.py')),
+                ('data', models.TextField(help_text='columns with before/after values, see relay/store/rowcodec.py')),
             ],
         ),
         migrations.CreateModel(

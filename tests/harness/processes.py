@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connection
 
-from relay.sandbox import MariaDB
+from devtools.sandbox import MariaDB
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TEST_SECRET = "test-secret"  # the AuthSecret of every relay process the tests start
@@ -131,7 +131,7 @@ def start_relay(server: MariaDB | None = None, *args: str, **env: object) -> tup
     """A ``runrelay`` process (with ``args`` added) on a free loopback port, once it answers AUTH; returns it and its
     port."""
     from clientproto import RelayClient
-    from relay.sandbox import free_tcp_port
+    from devtools.sandbox import free_tcp_port
 
     port = free_tcp_port()
     relay = RelayProcess(

@@ -11,10 +11,10 @@ from typing import Any
 from django.db import connection, transaction
 
 from clientproto import LEGACY_VERSION, REPLY_HEADER_SIZE, decode_reply_header, encode_request, verify_reply
-from relay import rowcodec
-from relay.ingest import QUEUE_CHANNEL
 from relay.models import Change, QueueEntry, QueueState
-from relay.relayserver import RelayServer, ServerOptions
+from relay.server import RelayServer, ServerOptions
+from relay.store import rowcodec
+from relay.store.channels import QUEUE_CHANNEL
 
 SECRET = "Freedelity"
 

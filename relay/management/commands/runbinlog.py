@@ -1,4 +1,4 @@
-"""manage.py runbinlog: the binlog worker (see relay/worker.py)."""
+"""manage.py runbinlog: the binlog worker (see relay/worker/runner.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from binlog import Position
 from relay.config import ConfigError, load_config, parse_position
-from relay.worker import Worker, WorkerOptions
+from relay.worker.runner import Worker, WorkerOptions
 
 
 class Command(BaseCommand):

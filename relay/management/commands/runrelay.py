@@ -1,4 +1,4 @@
-"""manage.py runrelay: the relay protocol server (see relay/relayserver/)."""
+"""manage.py runrelay: the relay protocol server (see relay/server/)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from relay import relayprocess
 from relay.config import ConfigError, load_config, require_auth_secret
-from relay.relayserver import ServerOptions, serve
+from relay.server import ServerOptions, serve
+from relay.store import relayprocess
 
 _DEFAULTS = ServerOptions()
 

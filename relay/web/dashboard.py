@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
-from relay import relayprocess, rowcodec, store
+from relay import store
 from relay.models import (
     Change,
     Checkpoint,
@@ -32,6 +32,7 @@ from relay.models import (
     WorkerStatus,
     mask_letters,
 )
+from relay.store import relayprocess, rowcodec
 
 PROTOCOL_VERSION = 0x00010020
 POLLING_SECONDS = 2

@@ -1,4 +1,4 @@
-"""The relay end to end on one machine: ``scripts/demo`` (``python -m relay.demo``).
+"""The relay end to end on one machine: ``scripts/demo`` (``python -m devtools.demo``).
 
 Without a configured source it starts a throwaway MariaDB with the binlog on; with ``RELAY_CONFIG`` (and
 ``DATABASE_URL``) it uses the configured source and store. It migrates the store, creates a dashboard login, starts
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devtools.sandbox import MariaDB, free_tcp_port
 from relay.config import ConfigError, load_config
-from relay.sandbox import MariaDB, free_tcp_port
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SECRET = "demo-secret"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.http import QueryDict
 
-from relay.tableusage import DEFAULT_SORT, SORT_KEYS
+from relay.web.tableusage import DEFAULT_SORT, SORT_KEYS
 
 MAX_QUERY = 200
 MAX_PAGE = 1_000_000

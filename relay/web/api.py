@@ -11,8 +11,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from relay import dashboard, forms, schemalist, tableusage
-from relay.usage import WindowCounts
+from relay.web import dashboard, forms, schemalist, tableusage
+from relay.worker.usage import WindowCounts
 
 View = Callable[..., HttpResponse]
 

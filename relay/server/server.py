@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connections
 
 from clientproto import accepted_keys
-from relay import relayprocess, store
-from relay.relayserver.connection import BUSY, IDLE, READING, WRITING, Connection
-from relay.relayserver.database import StoreThreads
-from relay.relayserver.history import HistoryRecorder
-from relay.relayserver.queues import SessionQueue
-from relay.relayserver.wakeup import Notifier, make_notifier
+from relay import store
+from relay.server.connection import BUSY, IDLE, READING, WRITING, Connection
+from relay.server.database import StoreThreads
+from relay.server.history import HistoryRecorder
+from relay.server.queues import SessionQueue
+from relay.server.wakeup import Notifier, make_notifier
+from relay.store import relayprocess
 
 log = logging.getLogger("relay.server")
 

@@ -33,6 +33,6 @@ Delivery semantics:
   of that reply); the next FETCH of the same size serves it, any other request reads the queue again.
 """
 
-from relay.relayserver.server import RelayServer, ServerOptions, serve
+from relay.server.server import RelayServer, ServerOptions, serve
 
 __all__ = ["RelayServer", "ServerOptions", "serve"]

@@ -1,5 +1,5 @@
 """The dashboard's pages. Each view validates its parameters, asks a query module, and hands the result to a plain
-template; the charts' coordinates come from relay/charts.py."""
+template; the charts' coordinates come from relay/web/charts.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from relay import charts, dashboard, forms, schemalist, tableusage
+from relay.web import charts, dashboard, forms, schemalist, tableusage
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -19,7 +19,7 @@ from django.db.models import F, Max, Min, Q, QuerySet, Sum, Value
 from django.db.models.functions import Concat
 
 from relay.models import ColumnChangeHistory, TableUsage, UsageHistory, UsageMinute
-from relay.usage import WindowCounts
+from relay.worker.usage import WindowCounts
 
 DAY_MINUTES = 24 * 60
 SPARK_BINS = 48  # half-hours over the last 24 h

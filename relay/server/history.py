@@ -18,7 +18,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from relay import store
-from relay.relayserver.database import StoreThreads
+from relay.server.database import StoreThreads
 from relay.store import HISTORY_LENGTH, HistoryItem, StoredEntry
 
 log = logging.getLogger("relay.server")

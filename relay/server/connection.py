@@ -49,11 +49,11 @@ from clientproto import (
 from clientproto.codec import DECODERS, SESSIONLESS_COMMANDS, Request
 from clientproto.header import RequestHeader
 from relay import store
-from relay.relayserver.queues import SessionQueue, StaleSession
-from relay.relayserver.wakeup import Waiter
+from relay.server.queues import SessionQueue, StaleSession
+from relay.server.wakeup import Waiter
 
 if TYPE_CHECKING:
-    from relay.relayserver.server import RelayServer
+    from relay.server.server import RelayServer
 
 log = logging.getLogger("relay.server")
 

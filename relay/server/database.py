@@ -32,7 +32,7 @@ def _tune_connection(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any
             cursor.execute("SET synchronous_commit TO off")
 
 
-connection_created.connect(_tune_connection, dispatch_uid="relay.relayserver.synchronous_commit")
+connection_created.connect(_tune_connection, dispatch_uid="relay.server.synchronous_commit")
 
 
 class StoreThreads:

@@ -20,8 +20,6 @@ from django.utils import timezone
 
 from binlog.changes import Transaction
 from binlog.table import TableInfo
-from relay import bulk, rowcodec
-from relay.filters import FilterIndex, FilterSpec
 from relay.models import (
     MAX_RUN,
     Change,
@@ -35,9 +33,11 @@ from relay.models import (
     SchemaTable,
     WorkerStatus,
 )
-from relay.usage import UsageTally
-
-QUEUE_CHANNEL = "relay_queues"
+from relay.store import rowcodec
+from relay.store.channels import QUEUE_CHANNEL
+from relay.worker import bulk
+from relay.worker.filterindex import FilterIndex, FilterSpec
+from relay.worker.usage import UsageTally
 
 
 @dataclass

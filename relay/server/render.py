@@ -1,6 +1,6 @@
 """Stored changes into the bytes of the wire: POLL and POLLV2 payloads, FETCH records.
 
-A change's columns are kept in one of rowcodec's two forms (relay/rowcodec.py). The record form holds the FETCH
+A change's columns are kept in one of rowcodec's two forms (relay/store/rowcodec.py). The record form holds the FETCH
 record's column bytes already: a FETCH record is its fixed fields followed by those bytes as they are. Otherwise, and
 for POLL and POLLV2, the columns become the (name, before, after) tuples the clientproto encoders take: ``bytes`` for
 a value, ``None`` for SQL NULL, ``ABSENT`` for an image the event does not carry or a column a partial row image left
@@ -19,8 +19,8 @@ from clientproto import ABSENT, Result, decode_columns, encode_columns, encode_p
 from clientproto.header import encode_reply
 from clientproto.records import InValue
 from clientproto.wire import EMPTY_LSTRING, name_lstring, text_lstring
-from relay.rowcodec import record_columns
 from relay.store import StoredEntry
+from relay.store.rowcodec import record_columns
 
 ColumnTuple = tuple[str, InValue, InValue]
 

@@ -10,9 +10,9 @@ On SQLite there is no notification: while someone waits, one task reads the newe
 queue (one indexed query) every :data:`SQLITE_INTERVAL` seconds and wakes the clients whose queue grew past what
 they saw. Nobody waiting, no queries.
 
-The same LISTEN connection hears ``relay_sessions`` (:data:`relay.store.SESSION_CHANNEL`): each AUTH announces the
-client's new token at commit, and the server closes its own older connection of that client, so that with several
-relay processes the newest session wins within a millisecond (see :class:`SessionCallback`).
+The same LISTEN connection hears ``relay_sessions`` (:data:`relay.store.channels.SESSION_CHANNEL`): each AUTH
+announces the client's new token at commit, and the server closes its own older connection of that client, so that
+with several relay processes the newest session wins within a millisecond (see :class:`SessionCallback`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from typing import Any
 from django.db import DatabaseError, connections
 
 from relay import store
-from relay.ingest import QUEUE_CHANNEL
-from relay.relayserver.database import StoreThreads
-from relay.store import SESSION_CHANNEL
+from relay.server.database import StoreThreads
+from relay.store.channels import QUEUE_CHANNEL, SESSION_CHANNEL
 
 log = logging.getLogger("relay.server")
 

@@ -25,13 +25,14 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from binlog import BinlogError, BinlogStream, Position, PurgedPositionError, SourceSettings, Transaction
-from relay import store, usage
-from relay.changelog import ChangeLog
+from relay import store
 from relay.config import RelayConfig
-from relay.handoff import Empty, RowBoundedHandoff
-from relay.ingest import Ingestor
-from relay.leader import LeaderLock
 from relay.models import Checkpoint, WorkerStatus
+from relay.worker import usage
+from relay.worker.changelog import ChangeLog
+from relay.worker.handoff import Empty, RowBoundedHandoff
+from relay.worker.ingest import Ingestor
+from relay.worker.leader import LeaderLock
 
 Handoff = RowBoundedHandoff["Transaction | BaseException | None"]
 

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from binlog import NOT_PRESENT, Transaction
 from relay.config import LoggerConfig
 
-log = logging.getLogger("relay.changelog")
+log = logging.getLogger("relay.worker.changelog")
 
 # MYSQL_TYPE_DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, LONGLONG, INT24: written without quotes.
 BARE_TYPES = frozenset({0, 1, 2, 3, 4, 5, 8, 9})

@@ -29,8 +29,8 @@ from typing import NamedTuple
 from django.db import DatabaseError
 
 from relay import store
-from relay.relayserver import render
-from relay.relayserver.database import StoreThreads
+from relay.server import render
+from relay.server.database import StoreThreads
 from relay.store import Bounds, StoredEntry
 
 log = logging.getLogger("relay.server")

@@ -16,8 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from relay import dashboard
 from relay.models import TableUsage, WorkerStatus
+from relay.web import dashboard
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TOKEN_VARIABLE = "RELAY_METRICS_TOKEN"

@@ -1,0 +1,264 @@
+"""The consuming side of the queues: the relay server's session primitives, and the administration of a queue.
+
+A client's queue is the contiguous range of sequence numbers ``(acked_seq, last_seq]``. The worker appends (it owns
+``last_seq``, relay/worker/ingest.py); everything here consumes or reads, and moves the head by compare-and-set on
+``Client.acked_seq``, so a POLL never waits for the worker's batch to commit. The session primitives are one SQL
+statement each, in raw SQL because they run once or twice per POLL, and each checks the session token so that a session
+replaced by a newer AUTH (in any process) can no longer consume.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from django.db import connection, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
+
+from relay.models import MAX_RUN, Change, Client, QueueEntry, QueueState, ServedEvent
+from relay.store.errors import StoreError
+from relay.store.sql import now, table
+
+HISTORY_LENGTH = 10
+
+
+class Bounds(NamedTuple):
+    """A client's queue as the server sees it: (acked_seq, last_seq] are queued, up to delivered_seq were sent."""
+
+    acked_seq: int
+    delivered_seq: int
+    last_seq: int
+    token: int
+
+
+class StoredEntry(NamedTuple):
+    """A queue entry joined with its change, as :func:`read_entries` returns it (``data``: relay/store/rowcodec.py)."""
+
+    seq: int
+    kind: int
+    schema_name: str
+    table_name: str
+    binlog_file: str
+    binlog_pos: int
+    row_index: int
+    timestamp: int
+    gtid: str
+    data: str
+
+
+class HistoryItem(NamedTuple):
+    seq: int
+    kind: int
+    schema_name: str
+    table_name: str
+    served_at: datetime.datetime
+
+
+def entry_change_ids(client_id: int, after_seq: int, limit: int) -> list[tuple[int, int]]:
+    """(seq, change id) of up to ``limit`` entries with seq > ``after_seq``, oldest first (runs expanded).
+
+    The run holding ``after_seq + 1`` starts at most MAX_RUN entries earlier, which bounds the index range scan.
+    """
+    if limit <= 0:
+        return []
+    runs = (
+        QueueEntry.objects.filter(client_id=client_id, seq__gt=after_seq - MAX_RUN)
+        .order_by("seq")
+        .values_list("seq", "count", "change_id")
+    )
+    found: list[tuple[int, int]] = []
+    for seq, count, change_id in runs.iterator(chunk_size=100):
+        start = max(seq, after_seq + 1)
+        for entry in range(start, seq + count):
+            found.append((entry, change_id + entry - seq))
+            if len(found) >= limit:
+                return found
+    return found
+
+
+def change_ids_at(client_id: int, seqs: list[int]) -> dict[int, int]:
+    """The change id of each of ``seqs`` that is in the client's queue."""
+    if not seqs:
+        return {}
+    runs = QueueEntry.objects.filter(client_id=client_id, seq__gt=min(seqs) - MAX_RUN, seq__lte=max(seqs)).values_list(
+        "seq", "count", "change_id"
+    )
+    found: dict[int, int] = {}
+    wanted = sorted(seqs)
+    for seq, count, change_id in runs:
+        for entry in wanted[bisect.bisect_left(wanted, seq) : bisect.bisect_left(wanted, seq + count)]:
+            found[entry] = change_id + entry - seq
+    return found
+
+
+def session_bounds(client_id: int) -> Bounds | None:
+    """The queue bounds and the current session token in one statement; None for an unknown client."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.acked_seq, c.delivered_seq, COALESCE(q.last_seq, 0), c.token FROM {table(Client)} c"
+            f" LEFT JOIN {table(QueueState)} q ON q.client_id = c.id WHERE c.id = %s",
+            [client_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else Bounds(*row)
+
+
+def read_entries(client_id: int, after_seq: int, limit: int) -> list[StoredEntry]:
+    """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: two indexed queries."""
+    if limit <= 0:
+        return []
+    q = connection.ops.quote_name
+    upper = after_seq + limit
+    with connection.cursor() as cursor:
+        # Entries are runs (QueueEntry): entry seq + i is change change_id + i. The runs overlapping (after, upper]
+        # start within MAX_RUN of it, so the (client, seq) index bounds the scan whatever the queue's length. The
+        # runs first, then their changes by id: one query joining on the id range lets the planner pick a plan
+        # that compares every run with every change (seconds per read on a queue of single entries).
+        cursor.execute(
+            f"SELECT seq, change_id, {q('count')} FROM {table(QueueEntry)} WHERE client_id = %s AND seq > %s"
+            f" AND seq <= %s AND seq + {q('count')} > %s ORDER BY seq",
+            [client_id, after_seq - MAX_RUN, upper, after_seq + 1],
+        )
+        pairs: list[tuple[int, int]] = []
+        for seq, change_id, count in cursor.fetchall():
+            for entry in range(max(seq, after_seq + 1), min(seq + count, upper + 1)):
+                pairs.append((entry, change_id + entry - seq))
+        if not pairs:
+            return []
+        changes: dict[int, tuple[Any, ...]] = {}
+        ids = sorted({change_id for _, change_id in pairs})
+        for at in range(0, len(ids), 500):  # bounded IN lists (SQLite's variable limit)
+            chunk = ids[at : at + 500]
+            if chunk[-1] - chunk[0] + 1 == len(chunk):  # consecutive ids (a broad subscription): one range
+                where, params = "id >= %s AND id <= %s", [chunk[0], chunk[-1]]
+            else:
+                where, params = f"id IN ({', '.join('%s' for _ in chunk)})", chunk
+            cursor.execute(
+                f"SELECT id, kind, schema_name, table_name, binlog_file, binlog_pos, row_index, {q('timestamp')},"
+                f" gtid, data FROM {table(Change)} WHERE {where}",
+                params,
+            )
+            for row in cursor.fetchall():
+                changes[row[0]] = row[1:]
+    # A change missing (entries written by hand) leaves a gap, as before.
+    return [StoredEntry(seq, *changes[change_id]) for seq, change_id in pairs if change_id in changes]
+
+
+def advance_head(client_id: int, token: int, expected_acked: int, new_acked: int, served: int) -> int | None:
+    """Moves the queue head from ``expected_acked`` to ``new_acked`` (auto-ack delivery of ``served`` entries).
+
+    Compare-and-set: nothing happens unless the session token is still current and nobody moved the head meanwhile
+    (another session, the worker's unqueue-oldest policy, a purge). Returns the queue's last_seq on success, None
+    when the compare failed: the caller re-reads the bounds.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table(Client)} SET acked_seq = %s,"
+            f" delivered_seq = CASE WHEN delivered_seq > %s THEN delivered_seq ELSE %s END,"
+            f" served = served + %s, last_seen = %s WHERE id = %s AND token = %s AND acked_seq = %s"
+            f" RETURNING (SELECT last_seq FROM {table(QueueState)} WHERE client_id = %s)",
+            [new_acked, new_acked, new_acked, served, now(), client_id, token, expected_acked, client_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else (row[0] or 0)
+
+
+def sync_session(client_id: int, token: int, acked_seq: int, delivered_seq: int, served: int) -> Bounds | None:
+    """Writes what a session delivered since its last sync: the head (auto-ack), the manual-ack cursor, the count.
+
+    Both only move forward (a newer value in the store, from the worker's unqueue-oldest policy or an ACK, wins).
+    Returns the bounds after the write, read by the same statement (what :func:`session_bounds` would return next);
+    None when the token is no longer the client's current one: a newer session took over and nothing is written.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table(Client)} SET acked_seq = CASE WHEN acked_seq > %s THEN acked_seq ELSE %s END,"
+            f" delivered_seq = CASE WHEN delivered_seq > %s THEN delivered_seq ELSE %s END,"
+            f" served = served + %s, last_seen = %s WHERE id = %s AND token = %s"
+            f" RETURNING acked_seq, delivered_seq,"
+            f" COALESCE((SELECT last_seq FROM {table(QueueState)} WHERE client_id = %s), 0), token",
+            [acked_seq, acked_seq, delivered_seq, delivered_seq, served, now(), client_id, token, client_id],
+        )
+        row = cursor.fetchone()
+    return None if row is None else Bounds(*row)
+
+
+def ack_session(client_id: int, token: int, seq: int) -> tuple[int, int] | None:
+    """ACK for a session: (acked_seq after it, entries it removed); None if the token is stale.
+
+    Cumulative and idempotent; an ACK past the newest entry stops there. It is not limited to what this session
+    delivered: a client that reconnected may acknowledge what it received in its previous session (PROTOCOL.md, ACK).
+    """
+    for _ in range(100):
+        bounds = session_bounds(client_id)
+        if bounds is None or bounds.token != token:
+            return None
+        target = min(seq, bounds.last_seq)
+        if target <= bounds.acked_seq:
+            return bounds.acked_seq, 0
+        if advance_head(client_id, token, bounds.acked_seq, target, 0) is not None:
+            return target, target - bounds.acked_seq
+    raise StoreError(f"client {client_id}: the queue head kept moving under this ack")
+
+
+def last_seqs(client_ids: Sequence[int]) -> dict[int, int]:
+    """The newest sequence number of each client's queue: what a long-poll waits to see grow (SQLite wake-up)."""
+    if not client_ids:
+        return {}
+    marks = ", ".join("%s" for _ in client_ids)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT client_id, last_seq FROM {table(QueueState)} WHERE client_id IN ({marks})", list(client_ids)
+        )
+        return dict(cursor.fetchall())
+
+
+def record_history(items: Mapping[int, Sequence[HistoryItem]]) -> None:
+    """Appends served events per client and keeps the newest HISTORY_LENGTH of each: one insert for all clients."""
+    rows = [
+        ServedEvent(
+            client_id=client_id,
+            seq=item.seq,
+            kind=item.kind,
+            schema_name=item.schema_name[:255],
+            table_name=item.table_name[:255],
+            served_at=item.served_at,
+        )
+        for client_id, served in items.items()
+        for item in list(served)[-HISTORY_LENGTH:]
+    ]
+    if not rows:
+        return
+    served_table = table(ServedEvent)
+    with transaction.atomic():
+        ServedEvent.objects.bulk_create(rows)
+        with connection.cursor() as cursor:
+            for client_id in items:
+                cursor.execute(
+                    f"DELETE FROM {served_table} WHERE client_id = %s AND id < (SELECT MIN(id) FROM"
+                    f" (SELECT id FROM {served_table} WHERE client_id = %s ORDER BY id DESC LIMIT %s) newest)",
+                    [client_id, client_id, HISTORY_LENGTH],
+                )
+
+
+def purge_queue(client_id: int) -> int:
+    """Empties a client's queue; returns the number of entries dropped."""
+    with transaction.atomic():
+        bounds = session_bounds(client_id)
+        if bounds is None:
+            raise StoreError(f"no client with id {client_id}")
+        acked, last = bounds.acked_seq, bounds.last_seq
+        Client.objects.filter(id=client_id).update(
+            acked_seq=Greatest(F("acked_seq"), Value(last)), delivered_seq=Greatest(F("delivered_seq"), Value(last))
+        )
+        QueueEntry.objects.filter(client_id=client_id, seq__lte=last).delete()
+    return max(0, last - acked)
+
+
+def delete_client(client_id: int) -> None:
+    with transaction.atomic():
+        QueueEntry.objects.filter(client_id=client_id).delete()
+        Client.objects.filter(id=client_id).delete()

@@ -1,0 +1,111 @@
+"""Clients and their sessions: the same name always gets the same ClientID; each AUTH starts a session with a fresh
+random token, and a newer session of a name replaces the older one in every relay process (announced on
+:data:`relay.store.channels.SESSION_CHANNEL`)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from relay.models import Checkpoint, Client, Filter, QueueState
+from relay.store.channels import SESSION_CHANNEL
+from relay.store.errors import StoreError
+from relay.store.sql import table
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    client_id: int
+    token: int
+    name: str
+
+
+def new_token() -> int:
+    """A random, non-zero 32-bit session token."""
+    return secrets.randbelow(0xFFFFFFFF) + 1
+
+
+def open_session(name: str, remote_address: str = "", relay_process_id: int | None = None) -> Session:
+    """Registers ``name`` (same name, same ClientID, for ever) and starts a new session with a fresh token, held by
+    relay process ``relay_process_id`` (see relay/store/relayprocess.py).
+
+    Entries sent in an earlier session but never acknowledged become deliverable again.
+    """
+    if not name:
+        raise StoreError("client name is empty")
+    now = timezone.now()
+    with transaction.atomic():
+        # A write first: on SQLite a transaction that reads before it writes cannot wait for the write lock (the
+        # upgrade fails at once with "database is locked" while the worker commits); a write waits its turn.
+        Client.objects.bulk_create([Client(name=name)], ignore_conflicts=True)
+        client = Client.objects.only("id").get(name=name)
+        QueueState.objects.bulk_create([QueueState(client_id=client.id)], ignore_conflicts=True)
+        token = new_token()
+        Client.objects.filter(id=client.id).update(
+            token=token,
+            connected=True,
+            relay_process_id=relay_process_id,
+            session_started=now,
+            last_seen=now,
+            remote_address=remote_address[:100],
+            delivered_seq=F("acked_seq"),
+        )
+        if connection.vendor == "postgresql":
+            # Delivered at commit, so no relay process hears of the session before it exists.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [SESSION_CHANNEL, f"{client.id}:{token}"])
+    return Session(client.id, token, name)
+
+
+def close_session(client_id: int, token: int) -> None:
+    """Marks the client disconnected, unless a newer session has taken over."""
+    Client.objects.filter(id=client_id, token=token).update(connected=False, last_seen=timezone.now())
+
+
+def token_is_current(client_id: int, token: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {table(Client)} WHERE id = %s AND token = %s", [client_id, token])
+        return cursor.fetchone() is not None
+
+
+def session_tokens(client_ids: Sequence[int]) -> dict[int, int]:
+    """The current session token of each client (a relay process checks that its sessions are still the newest)."""
+    tokens: dict[int, int] = {}
+    ids = list(client_ids)
+    for start in range(0, len(ids), 500):  # SQLite allows a limited number of parameters per statement
+        chunk = ids[start : start + 500]
+        marks = ", ".join("%s" for _ in chunk)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id, token FROM {table(Client)} WHERE id IN ({marks})", chunk)
+            tokens.update(cursor.fetchall())
+    return tokens
+
+
+def client_status(client_id: int) -> dict[str, Any] | None:
+    """What STATUS reports: the client's counters, its filters and the worker's checkpoint."""
+    client = Client.objects.filter(id=client_id).values("name", "acked_seq", "delivered_seq", "served").first()
+    if client is None:
+        return None
+    state = QueueState.objects.filter(client_id=client_id).values("last_seq", "discarded", "max_queue").first() or {}
+    checkpoint = Checkpoint.objects.order_by("-updated").values("binlog_file", "binlog_pos").first() or {}
+    filters = list(
+        Filter.objects.filter(client_id=client_id)
+        .order_by("id")
+        .values_list("event_mask", "discard_policy", "queue_limit", "schema_name", "table_name")
+    )
+    last = max(state.get("last_seq", 0), client["acked_seq"])
+    return {
+        **client,
+        "last_seq": last,
+        "discarded": state.get("discarded", 0),
+        "max_queue": state.get("max_queue", 0),
+        "binlog_file": checkpoint.get("binlog_file", ""),
+        "binlog_pos": checkpoint.get("binlog_pos", 0),
+        "filters": filters,
+    }
