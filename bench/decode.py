@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/decode.py                 # 100,000 inserts + 100,000 updates on a 21-column table
     .venv/bin/python bench/decode.py --rows 20000 --runs 3
+    .venv/bin/python bench/decode.py --rows 20000 --statement-rows 1 --ours-only   # per-event cost: a row a commit
 
 It starts a private MariaDB (``--binlog-row-metadata=FULL``), writes the workload to its binlog, then times each
 decoder over that span ``--runs`` times (ours with its value memos emptied before each run) and prints the median
@@ -14,6 +15,10 @@ events. The decoders:
 * ours, stream: ``BinlogStream`` (non-blocking) over the replication protocol;
 * python-mysql-replication: ``BinLogStreamReader`` over the replication protocol, touching ``event.rows``;
 * mariadb-binlog -v: the server's own tool decoding the files into pseudo-SQL (output to /dev/null).
+
+``--statement-rows 1`` makes every row its own transaction (GTID, TABLE_MAP, rows event and XID each), so the work
+done per event rather than per row decides the rate; ``--ours-only`` leaves the other decoders out, to compare this
+package before and after a change.
 """
 
 from __future__ import annotations
@@ -59,19 +64,20 @@ def _row(i: int, rng: random.Random) -> str:
     )
 
 
-def write_workload(server: MariaDB, rows: int) -> tuple[str, int, int]:
+def write_workload(server: MariaDB, rows: int, statement_rows: int | None = None) -> tuple[str, int, int]:
     server.execute("CREATE DATABASE IF NOT EXISTS bench", "DROP TABLE IF EXISTS bench.t21", TABLE)
     server.execute("FLUSH BINARY LOGS")
     file, pos = server.binlog_position()
     rng = random.Random(21)
-    batch = 500
+    batch = statement_rows or 500
     statements = []
     for start in range(0, rows, batch):
         values = ", ".join(_row(i, rng) for i in range(start, min(start + batch, rows)))
         statements.append(f"INSERT INTO bench.t21 VALUES {values}")
     server.execute(*statements)
-    server.execute(*(f"UPDATE bench.t21 SET i = i + 1, v = 'updated' WHERE id >= {s} AND id < {s + 5000}"
-                     for s in range(0, rows, 5000)))  # fmt: skip
+    batch = statement_rows or 5000
+    server.execute(*(f"UPDATE bench.t21 SET i = i + 1, v = 'updated' WHERE id >= {s} AND id < {s + batch}"
+                     for s in range(0, rows, batch)))  # fmt: skip
     server.execute("FLUSH BINARY LOGS")
     return file, pos, rows * 2
 
@@ -108,15 +114,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--statement-rows", type=int, help="rows per INSERT and per UPDATE (default: 500 per INSERT, 5000 per UPDATE)"
+    )
+    parser.add_argument("--ours-only", action="store_true", help="time only this package's two decoders")
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="relay-bench-decode-"))
     server = MariaDB(base, row_metadata_full=True).start()
     try:
-        file, pos, expected = write_workload(server, args.rows)
+        file, pos, expected = write_workload(server, args.rows, args.statement_rows)
         files = [f for f in server.binlog_files() if f.name >= file][:-1]  # the span: closed files only
         settings = server.replication_settings()
-        print(f"{args.rows:,} inserts + {args.rows:,} updates of a 21-column table, {len(files)} binlog file(s), "
+        per = f", {args.statement_rows:,} row(s) per statement" if args.statement_rows else ""
+        print(f"{args.rows:,} inserts + {args.rows:,} updates of a 21-column table{per}, {len(files)} binlog file(s), "
               f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB; median of {args.runs} runs")  # fmt: skip
 
         def ours_files() -> int:
@@ -162,6 +173,8 @@ def main() -> None:
 
         ours = time_runs("ours (binlog files)", args.runs, ours_files, expected)
         ours_net = time_runs("ours (replication stream)", args.runs, ours_stream, expected)
+        if args.ours_only:
+            return
         peer = time_runs("python-mysql-replication (stream)", max(1, min(args.runs, 3)), theirs, expected)
         native = time_runs("mariadb-binlog -v (files)", args.runs, mariadb_binlog, expected) if tool else 0.0
         print()

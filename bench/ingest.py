@@ -54,16 +54,12 @@ def drop_database(admin_url: str, url: str) -> None:
 
 
 def relay_env(server: MariaDB, store_url: str) -> dict[str, str]:
-    repl = server.replication_settings()
     env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_")}
     env.update(
         DJANGO_SETTINGS_MODULE="relayproject.settings",
         DATABASE_URL=store_url,
         RELAY_DATA_DIR=tempfile.mkdtemp(prefix="relay-bench-"),
-        RELAY_SERVER_IPADDR=repl["host"],
-        RELAY_SERVER_SOURCEPORT=str(repl["port"]),
-        RELAY_SERVER_LOGIN=repl["user"],
-        RELAY_SERVER_PASSWORD=repl["password"],
+        **server.source_env(),
         RELAY_LOG_LEVEL="WARNING",
     )
     return env

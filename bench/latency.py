@@ -182,14 +182,7 @@ def main() -> int:
             ClientRow.objects.filter(id=backlog.client_id).update(acked_seq=args.backlog, delivered_seq=args.backlog)
         source.execute("CREATE DATABASE bench", "CREATE TABLE bench.events (id INT PRIMARY KEY, v VARCHAR(40))")
         file, pos = source.binlog_position()
-        repl = source.replication_settings()
-        worker_env = dict(
-            env,
-            RELAY_SERVER_IPADDR=repl["host"],
-            RELAY_SERVER_SOURCEPORT=str(repl["port"]),
-            RELAY_SERVER_LOGIN=repl["user"],
-            RELAY_SERVER_PASSWORD=repl["password"],
-        )
+        worker_env = dict(env, **source.source_env())
         got: dict[int, float] = {}
         bench.latency_consumer(port, "bench-latency-probe", stop, got, add_filter=True)
         threading.Thread(target=_listen, args=(url, stop, notes), daemon=True).start()
@@ -203,14 +196,7 @@ def main() -> int:
                 stderr=subprocess.STDOUT,
             )
         time.sleep(3)
-        conn = source.connect("bench")
-
-        def commit(ids: list[int]) -> None:
-            with conn.cursor() as cursor:
-                cursor.execute("BEGIN")
-                cursor.executemany("INSERT INTO events VALUES (%s, 'payload')", [(i,) for i in ids])
-                cursor.execute("COMMIT")
-
+        commit = bench.event_inserter(source.connect("bench"))
         load_before = os.getloadavg()[0]
         committed = bench.pace(1000, args.seconds, commit)
         time.sleep(2)

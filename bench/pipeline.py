@@ -3,7 +3,9 @@
 Run by hand: ``.venv/bin/python bench/pipeline.py [--rows 1200000] [--keep DIR]``. It starts a throwaway MariaDB
 (devtools.sandbox), writes at least ``--rows`` row changes (inserts, updates, deletes over four tables, in transactions
 of a few thousand rows) across several binlog files, then runs the pipeline (decode, aggregate, write Parquet; no
-store) once per master, each in a fresh process after a warm-up run, and prints the rates and the speed-up.
+store) once per master, each in a fresh process after a warm-up run, and prints the rates, the speed-up, and how the
+time splits between the decode (the tasks) and aggregating and writing the outputs (the driver). ``--binlogs DIR``
+measures existing binlog files instead (a ``--keep`` folder's ``binlogs``), whose rows it cannot check.
 """
 
 from __future__ import annotations
@@ -79,7 +81,13 @@ def measure(master: str, files: list[str], out: Path) -> dict[str, float]:
         spark.stop()
     if report.problems():
         raise SystemExit("bench inputs failed: " + "; ".join(report.problems()))
-    return {"seconds": report.seconds, "decode": report.decode_seconds, "rows": report.rows, "cores": cores}
+    return {
+        "seconds": report.seconds,
+        "decode": report.decode_seconds,
+        "aggregate": report.aggregate_seconds,
+        "rows": report.rows,
+        "cores": cores,
+    }
 
 
 def measure_in_subprocess(master: str, files: list[str], out: Path) -> dict[str, float]:
@@ -97,6 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_200_000, help="row changes to generate (at least)")
     parser.add_argument("--keep", help="keep the binlog files and outputs in this directory")
+    parser.add_argument("--binlogs", help="measure the binlog files of this directory instead of generating them")
     parser.add_argument("--measure", metavar="MASTER", help=argparse.SUPPRESS)  # the child process of one master
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("files", nargs="*", help=argparse.SUPPRESS)
@@ -106,6 +115,39 @@ def main() -> None:
         return
 
     base = Path(args.keep or tempfile.mkdtemp(prefix="relay-bench-pipeline-"))
+    try:
+        run_masters(args, base)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def run_masters(args: argparse.Namespace, base: Path) -> None:
+    if args.binlogs:
+        files = sorted(str(p) for p in Path(args.binlogs).iterdir() if p.is_file())
+        written = None
+    else:
+        files, written = generate_files(args, base)
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    results = {}
+    for master in ("local[1]", "local[2]"):
+        print(f"{master}:")
+        figures = measure_in_subprocess(master, files, base / f"out-{master[6]}")
+        seconds, decode, aggregate = figures["seconds"], figures["decode"], figures["aggregate"]
+        counted = int(figures["rows"])
+        if written is not None and counted != written:
+            raise SystemExit(f"{master}: counted {counted:,} row changes, the workload wrote {written:,}")
+        results[master] = (counted / seconds, counted / decode)
+        print(
+            f"{master} ({int(figures['cores'])} cores): {counted:,} row changes in {seconds:.1f}s"
+            f" = {counted / seconds:,.0f} row changes/s; decode {decode:.1f}s = {counted / decode:,.0f}/s,"
+            f" aggregate and write {aggregate:.1f}s (load average {os.getloadavg()[0]:.2f})"
+        )
+    one, two = results["local[1]"], results["local[2]"]
+    print(f"speed-up local[2] / local[1]: {two[0] / one[0]:.2f}x (decode stage alone {two[1] / one[1]:.2f}x)")
+
+
+def generate_files(args: argparse.Namespace, base: Path) -> tuple[list[str], int]:
     server = MariaDB(base / "mariadb", extra_args=["--max-binlog-size=8M"]).start()
     try:
         started = time.monotonic()
@@ -125,23 +167,7 @@ def main() -> None:
         )
     finally:
         server.stop()
-
-    results = {}
-    for master in ("local[1]", "local[2]"):
-        print(f"{master}:")
-        figures = measure_in_subprocess(master, files, base / f"out-{master[6]}")
-        seconds, decode, counted = figures["seconds"], figures["decode"], int(figures["rows"])
-        if counted != written:
-            raise SystemExit(f"{master}: counted {counted:,} row changes, the workload wrote {written:,}")
-        results[master] = (counted / seconds, counted / decode)
-        print(
-            f"{master} ({int(figures['cores'])} cores): {counted:,} row changes in {seconds:.1f}s"
-            f" = {counted / seconds:,.0f} row changes/s (decode stage alone {decode:.1f}s = {counted / decode:,.0f}/s)"
-        )
-    one, two = results["local[1]"], results["local[2]"]
-    print(f"speed-up local[2] / local[1]: {two[0] / one[0]:.2f}x (decode stage alone {two[1] / one[1]:.2f}x)")
-    if not args.keep:
-        shutil.rmtree(base, ignore_errors=True)
+    return files, written
 
 
 if __name__ == "__main__":

@@ -269,6 +269,18 @@ def pace(rate_rows: int, seconds: float, commit: Any) -> dict[int, float]:
     return committed
 
 
+def event_inserter(conn: Any) -> Any:
+    """``commit(ids)`` for ``pace``: one source transaction inserting rows ``ids`` into ``bench.events``."""
+
+    def commit(ids: list[int]) -> None:
+        with conn.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.executemany("INSERT INTO events VALUES (%s, 'payload')", [(i,) for i in ids])
+            cursor.execute("COMMIT")
+
+    return commit
+
+
 def percentiles(committed: dict[int, float], got: dict[int, float]) -> tuple[float, float, int]:
     delays = sorted((got[i] - committed[i]) * 1000 for i in committed if i in got)
     if not delays:
@@ -335,28 +347,13 @@ def bench_latency_binlog(port: int, env: dict[str, str], workdir: Path, seconds:
     try:
         source.execute("CREATE DATABASE bench", "CREATE TABLE bench.events (id INT PRIMARY KEY, v VARCHAR(40))")
         file, pos = source.binlog_position()
-        repl = source.replication_settings()
-        worker_env = dict(
-            env,
-            RELAY_SERVER_IPADDR=repl["host"],
-            RELAY_SERVER_SOURCEPORT=str(repl["port"]),
-            RELAY_SERVER_LOGIN=repl["user"],
-            RELAY_SERVER_PASSWORD=repl["password"],
-        )
+        worker_env = dict(env, **source.source_env())
         got: dict[int, float] = {}
         stop = threading.Event()
         latency_consumer(port, "bench-latency-binlog", stop, got, add_filter=True)
         worker = start(worker_env, workdir / "worker.log", "runbinlog", "--batch-ms", "10", "--from", f"{file}:{pos}")
         time.sleep(3)  # the worker connects and loads its filters
-        conn = source.connect("bench")
-
-        def commit(ids: list[int]) -> None:
-            with conn.cursor() as cursor:
-                cursor.execute("BEGIN")
-                cursor.executemany("INSERT INTO events VALUES (%s, 'payload')", [(i,) for i in ids])
-                cursor.execute("COMMIT")
-
-        committed = pace(1000, seconds, commit)
+        committed = pace(1000, seconds, event_inserter(source.connect("bench")))
         time.sleep(2)
         stop.set()
         return percentiles(committed, got)

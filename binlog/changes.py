@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_UPDATE
+from binlog.constants import KIND_NAMES
 
 if TYPE_CHECKING:
     from binlog.position import Position
@@ -35,7 +35,9 @@ class _NotPresent:
 
 NOT_PRESENT = _NotPresent()
 
-KIND_NAMES = {KIND_INSERT: "insert", KIND_UPDATE: "update", KIND_DELETE: "delete"}
+# A column value: MySQL's text form, bytes for a binary string, None for NULL, NOT_PRESENT for a column left out.
+Value = str | bytes | _NotPresent | None
+Row = tuple[Value, ...]
 
 
 class RowChange:
@@ -62,8 +64,8 @@ class RowChange:
         table: str,
         kind: int,
         columns: tuple[str, ...],
-        before: tuple | None,
-        after: tuple | None,
+        before: Row | None,
+        after: Row | None,
         file: str,
         pos: int,
         row: int,
@@ -104,6 +106,7 @@ class RowChange:
             return NotImplemented
         return all(getattr(self, name) == getattr(other, name) for name in self.__slots__ if name != "table_info")
 
+    # Unhashable: equal by value, and mutable. The ignore: typeshed declares object.__hash__ a method, never None.
     __hash__ = None  # type: ignore[assignment]
 
 

@@ -7,18 +7,29 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
-from binlog.changes import NOT_PRESENT, RowChange, Transaction
+from binlog.changes import NOT_PRESENT, Row, RowChange, Transaction
 from binlog.check import preflight, summary
-from binlog.constants import DEFAULT_SERVER_ID
 from binlog.errors import BinlogError
 from binlog.files import read_binlog_files
 from binlog.position import Position
-from binlog.schema import InformationSchemaProvider
+from binlog.schema import InformationSchemaProvider, SchemaProvider
 from binlog.settings import SourceSettings
+
+# The replica ids `tail` and `check` register with by default. A source keeps one dump per server id and drops the
+# older one when a second replica registers with the same id, so these tools must never use the worker's id: the
+# relay's configuration refuses a ReplicaServerID in this range, and each run takes its own id from the process id
+# (two tails at once do not knock each other off either).
+TOOL_SERVER_IDS = range(0xFE000000, 0xFF000000)
+
+
+def tool_server_id(pid: int | None = None) -> int:
+    """This process's replica id, in :data:`TOOL_SERVER_IDS`."""
+    return TOOL_SERVER_IDS.start + (os.getpid() if pid is None else pid) % len(TOOL_SERVER_IDS)
 
 
 def _json_value(value: Any) -> Any:
@@ -27,7 +38,7 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _image(change: RowChange, image: tuple | None) -> dict[str, Any] | None:
+def _image(change: RowChange, image: Row | None) -> dict[str, Any] | None:
     if image is None:
         return None
     return {name: _json_value(v) for name, v in zip(change.columns, image, strict=True) if v is not NOT_PRESENT}
@@ -91,7 +102,7 @@ def _settings(args: argparse.Namespace) -> SourceSettings:
         port=args.port,
         user=args.user,
         password=args.password,
-        server_id=args.server_id,
+        server_id=args.server_id if args.server_id is not None else tool_server_id(),
         heartbeat_seconds=args.heartbeat,
     )
 
@@ -101,13 +112,31 @@ def _add_connection_arguments(parser: argparse.ArgumentParser, *, required: bool
     parser.add_argument("--port", type=int, default=3306)
     parser.add_argument("--user", default="root")
     parser.add_argument("--password", default="")
-    parser.add_argument("--server-id", type=int, default=DEFAULT_SERVER_ID, help="replica id to register with")
+    parser.add_argument(
+        "--server-id",
+        type=int,
+        default=None,
+        help=f"replica id to register with (default: {TOOL_SERVER_IDS.start:#x} + the process id, an id the relay "
+        "worker never uses)",
+    )
     parser.add_argument("--heartbeat", type=float, default=5.0, help="heartbeat period in seconds")
 
 
 def _cmd_dump(args: argparse.Namespace) -> int:
-    provider = None
-    if args.host:
+    provider: SchemaProvider | None = None
+    if args.host and args.follow_ddl:
+        # The schema read now stands for the start of the first file; each DDL in the files is applied to it.
+        from binlog.schemahistory import SchemaHistory, pymysql_query, read_model
+
+        query, close = pymysql_query(_settings(args).schema_connect_args())
+        try:
+            model = read_model(query)
+        finally:
+            close()
+        history = SchemaHistory()
+        history.set_baseline(model, Position(os.path.basename(args.files[0]), args.start_position))
+        provider = history
+    elif args.host:
         provider = InformationSchemaProvider(_settings(args).schema_connect_args())
     transactions = read_binlog_files(args.files, schema_provider=provider, start=args.start_position)
     print_changes(transactions, sys.stdout, args.json)
@@ -154,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("files", nargs="+", metavar="FILE")
     dump.add_argument("--json", action="store_true", help="one JSON object per row change")
     dump.add_argument("--start-position", type=int, default=4, help="start at this position of the first file")
+    dump.add_argument(
+        "--follow-ddl",
+        action="store_true",
+        help="with --host: read the schema once, take it as the schema at the start of the first file, and apply "
+        "each DDL statement in the files to it (column names of their own time; @1, @2... where a TABLE_MAP "
+        "disagrees)",
+    )
     _add_connection_arguments(dump, required=False)
     dump.set_defaults(host=None, func=_cmd_dump)
 
@@ -172,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    command: Callable[[argparse.Namespace], int] = args.func
     try:
-        return args.func(args)
+        return command(args)
     except BinlogError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

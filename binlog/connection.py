@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import struct
 from typing import Any
@@ -28,7 +29,7 @@ from binlog.constants import (
     ER_MASTER_FATAL_ERROR_READING_BINLOG,
     MARIA_SLAVE_CAPABILITY_GTID,
 )
-from binlog.errors import BinlogError, ConnectionLostError, PurgedPositionError, ServerError
+from binlog.errors import AccessDeniedError, BinlogError, ConnectionLostError, PurgedPositionError, ServerError
 from binlog.gtid import MysqlGtidSet
 from binlog.position import Position
 from binlog.settings import SourceSettings
@@ -36,6 +37,13 @@ from binlog.settings import SourceSettings
 log = logging.getLogger("binlog.connection")
 
 MAX_PACKET_LEN = 0xFFFFFF
+
+# Refusals that no retry can fix: the login (wrong user or password, host not allowed, database not granted) or a
+# missing privilege. The stream does not retry them (AccessDeniedError is neither a ConnectionLostError nor a
+# ServerError), so a misconfigured relay stops at once instead of retrying forever.
+LOGIN_REFUSED = frozenset({1044, 1045, 1130, 1698})  # DBACCESS_DENIED, ACCESS_DENIED, HOST_NOT_PRIVILEGED, NO_PASSWORD
+PRIVILEGE_MISSING = 1227  # ER_SPECIFIC_ACCESS_DENIED_ERROR: "you need (at least one of) the X privilege(s)"
+_NEEDED = re.compile(r"the (?P<privileges>[A-Z ,_]+?) privilege")
 _HEADER = struct.Struct("<HBB")
 
 
@@ -102,11 +110,14 @@ class ReplicationConnection:
         try:
             self.conn = pymysql.connect(**args)
         except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else 0
+            if code in LOGIN_REFUSED:
+                raise self._denied(code, _server_text(exc), "") from exc
             raise ConnectionLostError(f"cannot connect to {self.settings.host}:{self.settings.port}: {exc}") from exc
         self.version = self.conn.get_server_info() or ""
         self.is_mariadb = "mariadb" in self.version.lower()
 
-    def query(self, sql: str, *params: Any) -> list[tuple]:
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with self.conn.cursor() as cur:
             cur.execute(sql, params or None)
             return list(cur.fetchall())
@@ -118,7 +129,14 @@ class ReplicationConnection:
 
     def current_position(self) -> Position:
         """The source's current end of binlog (and, where available, its GTID state there)."""
-        rows = self.query(self.master_status_statement())
+        try:
+            rows = self.query(self.master_status_statement())
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] in (PRIVILEGE_MISSING, *LOGIN_REFUSED):
+                raise self._denied(
+                    exc.args[0], _server_text(exc), "REPLICATION CLIENT (BINLOG MONITOR on MariaDB)"
+                ) from exc
+            raise
         if not rows:
             raise BinlogError("the source has no binary log (log_bin is OFF, or the user lacks REPLICATION CLIENT)")
         row = rows[0]
@@ -167,7 +185,11 @@ class ReplicationConnection:
         try:
             self.conn._read_ok_packet()
         except pymysql.err.MySQLError as exc:
-            raise ServerError(getattr(exc, "args", (0,))[0], str(exc)) from exc
+            code = getattr(exc, "args", (0,))[0]
+            # MariaDB answers a register without REPLICATION SLAVE with 1045 ("Access denied for user"), not 1227.
+            if code == PRIVILEGE_MISSING or code in LOGIN_REFUSED:
+                raise self._denied(code, _server_text(exc), "REPLICATION SLAVE") from exc
+            raise ServerError(code, str(exc)) from exc
 
     def _command(self, payload: bytes) -> None:
         conn = self.conn
@@ -200,7 +222,7 @@ class ReplicationConnection:
     # -- the event stream -----------------------------------------------------------------------------------------
 
     def _read_exact(self, n: int) -> bytes:
-        data = self._rfile.read(n)
+        data: bytes | None = self._rfile.read(n)
         if data is None or len(data) < n:
             raise ConnectionLostError(
                 f"the source closed the connection in the middle of a packet ({len(data or b'')} of {n} bytes)"
@@ -249,7 +271,14 @@ class ReplicationConnection:
         text = message.decode("utf-8", "replace")
         if code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
             raise PurgedPositionError(self._start.file, f"source error {code}: {text}")
+        if code == PRIVILEGE_MISSING or code in LOGIN_REFUSED:
+            raise self._denied(code, text, "REPLICATION SLAVE")
         raise ServerError(code, text)
+
+    def _denied(self, code: int, text: str, needed: str) -> AccessDeniedError:
+        """The refusal, naming the privilege the server's message names, else the one the operation needs."""
+        match = _NEEDED.search(text) if code == PRIVILEGE_MISSING else None
+        return AccessDeniedError(code, self.settings.user, match["privileges"] if match else needed, text)
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
@@ -262,6 +291,11 @@ class ReplicationConnection:
                 conn._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(Exception):  # the connection may be in any state here
             conn._force_close()
+
+
+def _server_text(exc: BaseException) -> str:
+    """The server's message of a PyMySQL error (its args are (code, message))."""
+    return str(exc.args[1]) if len(exc.args) > 1 else str(exc)
 
 
 def _text(value: Any) -> str:

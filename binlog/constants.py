@@ -70,6 +70,9 @@ EVENT_TYPE_NAMES: dict[int, str] = {
 KIND_INSERT = 1
 KIND_UPDATE = 2
 KIND_DELETE = 4
+#: Each kind's name (the JSON change log, ``dump --json``) and letter (the original's change-log lines and filters).
+KIND_NAMES = {KIND_INSERT: "insert", KIND_UPDATE: "update", KIND_DELETE: "delete"}
+KIND_LETTERS = {KIND_INSERT: "I", KIND_UPDATE: "U", KIND_DELETE: "D"}
 
 WRITE_ROWS_EVENTS = frozenset(
     {

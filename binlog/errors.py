@@ -42,3 +42,21 @@ class ServerError(BinlogError):
         super().__init__(f"source error {code}: {message}")
         self.code = code
         self.server_message = message
+
+
+class AccessDeniedError(BinlogError):
+    """The source refused the user, or an operation for lack of a privilege: retrying cannot help.
+
+    ``privilege`` names what is missing ("" when the login itself was refused: wrong user, password or host).
+    """
+
+    def __init__(self, code: int, user: str, privilege: str, server_message: str) -> None:
+        if privilege:
+            text = f"source user '{user}' lacks the {privilege} privilege (source error {code}: {server_message})"
+        else:
+            text = f"cannot connect as user '{user}': the source refused it (source error {code}: {server_message})"
+        super().__init__(text)
+        self.code = code
+        self.user = user
+        self.privilege = privilege
+        self.server_message = server_message

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["format_coordinate", "geometry_to_wkt"]
+__all__ = ["format_coordinate", "gcvt_digits", "geometry_to_wkt"]
 
 _U32 = (struct.Struct(">I"), struct.Struct("<I"))
 _POINT = (struct.Struct(">dd"), struct.Struct("<dd"))
@@ -61,11 +61,14 @@ def format_coordinate(x: float) -> str:
         return s
     if x != x or x in (float("inf"), float("-inf")):
         return "0"  # dtoa reports overflow for NaN/infinity and my_gcvt then prints a bare 0
-    return _gcvt_digits(s)
+    return gcvt_digits(s)
 
 
-def _gcvt_digits(s: str) -> str:
-    """Re-lay the shortest round-trip digits of ``repr()`` text in my_gcvt's fixed/exponent choice."""
+def gcvt_digits(s: str) -> str:
+    """Re-lay the shortest round-trip digits of ``repr()`` text (a finite float) in my_gcvt's fixed/exponent choice.
+
+    Also the slow path of ``binlog.jsonb.format_double``, which adds the ``.0`` that MySQL's JSON text gives integers.
+    """
     sign = ""
     if s[0] == "-":
         sign, s = "-", s[1:]

@@ -49,7 +49,9 @@ import re
 import struct
 from collections.abc import Iterator
 from json.encoder import encode_basestring  # C-accelerated; escapes exactly the characters MySQL escapes
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeAlias
+
+from binlog.geometry import gcvt_digits
 
 __all__ = ["ArrayCell", "apply_json_diff", "decode_json", "decode_json_diff", "format_double", "parse_json_path"]
 
@@ -312,26 +314,8 @@ def format_double(value: float) -> str:
         return s
     if value != value or value in (float("inf"), float("-inf")):
         return "0.0"  # MySQL's dtoa reports overflow for NaN/infinity and my_gcvt prints 0 (never stored by MySQL)
-    sign = ""
-    if s[0] == "-":
-        sign, s = "-", s[1:]
-    mantissa, _, exp_text = s.partition("e")
-    whole, _, frac = mantissa.partition(".")
-    digits = whole + frac
-    decpt = len(whole) + (int(exp_text) if exp_text else 0)  # value = 0.DIGITS * 10**decpt
-    stripped = digits.lstrip("0")
-    decpt -= len(digits) - len(stripped)
-    digits = stripped.rstrip("0")
-    n = len(digits)
-    # my_gcvt(MY_GCVT_MAX_FIELD_WIDTH): fixed notation when -14 <= decpt and (decpt <= 15 or fraction digits).
-    if decpt >= -14 and (decpt <= 15 or n > decpt):
-        if decpt <= 0:
-            return f"{sign}0.{'0' * -decpt}{digits}"
-        if decpt < n:
-            return f"{sign}{digits[:decpt]}.{digits[decpt:]}"
-        return f"{sign}{digits}{'0' * (decpt - n)}.0"
-    head = digits[0] if n == 1 else f"{digits[0]}.{digits[1:]}"
-    return f"{sign}{head}e{decpt - 1}"
+    text = gcvt_digits(s)
+    return text if "." in text or "e" in text else text + ".0"
 
 
 def _opaque(buf: memoryview, field_type: int, start: int, length: int, at: int) -> str:
@@ -498,17 +482,17 @@ def _packed_length(buf: memoryview, pos: int, end: int, what: str) -> tuple[int,
 
 
 class ArrayCell(NamedTuple):
-    """An array leg: ``index`` from the start, or from the end (``last`` is 0 from the end) if ``from_end``."""
+    """An array leg: ``offset`` from the start, or from the end (``last`` is 0 from the end) if ``from_end``."""
 
-    index: int
+    offset: int  # not ``index``, which would hide tuple.index
     from_end: bool = False
 
     def position(self, length: int) -> tuple[int, bool]:
         """(position in an array of ``length``, whether it is inside it), as MySQL's Json_array_index computes them:
         a position past the end is clamped to the end (where INSERT appends), one before the start to 0."""
         if self.from_end:
-            return (length - self.index - 1 if self.index < length else 0), self.index < length
-        return min(self.index, length), self.index < length
+            return (length - self.offset - 1 if self.offset < length else 0), self.offset < length
+        return min(self.offset, length), self.offset < length
 
 
 PathLeg = str | ArrayCell
@@ -587,7 +571,16 @@ class _Raw:
         self.limit = limit
 
 
-_Node = str | _Raw | dict | list
+_Node: TypeAlias = "str | _Raw | dict[str, _Node] | list[_Node]"
+
+
+class _Holder(Protocol):
+    """An expanded object (slots: member names) or array (slots: indexes), the holder of a node a diff reaches."""
+
+    # Any: an object takes only names and an array only indexes, which one parameter type cannot say.
+    def __getitem__(self, slot: Any, /) -> _Node: ...
+
+    def __setitem__(self, slot: Any, node: _Node, /) -> None: ...
 
 
 def _document_node(data: bytes | memoryview) -> _Node:
@@ -636,18 +629,18 @@ def _expand(raw: _Raw) -> dict[str, _Node] | list[_Node]:
     return dict(zip(keys, values, strict=True)) if frame.is_object else values
 
 
-def _container_at(holder: dict | list, slot: str | int) -> _Node:
+def _container_at(holder: _Holder, slot: str | int) -> _Node:
     """The node in ``holder[slot]``, expanded in place first if it is a raw container."""
-    node = holder[slot]  # type: ignore[index]
+    node = holder[slot]
     if isinstance(node, _Raw):
-        node = holder[slot] = _expand(node)  # type: ignore[index]
+        node = holder[slot] = _expand(node)
     return node
 
 
-def _seek(root: list[_Node], legs: list[PathLeg]) -> tuple[dict | list, str | int] | None:
+def _seek(root: list[_Node], legs: list[PathLeg]) -> tuple[_Holder, str | int] | None:
     """(container, key or index) of the value at ``legs``, or None if there is none (no auto-wrapping, as MySQL's
     seek_exact_path)."""
-    holder: dict | list = root
+    holder: _Holder = root
     slot: str | int = 0
     for leg in legs:
         node = _container_at(holder, slot)
@@ -687,26 +680,27 @@ def _apply_one(root: list[_Node], op: int, path: str, value: memoryview | None) 
     name = JSON_DIFF_OPERATIONS[op]
     if not legs:
         raise ValueError(f"JSON diff {name} {path}: a diff cannot change the whole document")
-    if op == _REPLACE:
+    if op == _REPLACE and value is not None:
         found = _seek(root, legs)
         if found is None:
             raise ValueError(f"JSON diff REPLACE {path}: no value there in the before image")
         holder, slot = found
-        holder[slot] = _document_node(value)  # type: ignore[arg-type,index]
+        holder[slot] = _document_node(value)
         return
     found = _seek(root, legs[:-1])
     parent = None if found is None else _container_at(*found)
     last = legs[-1]
-    if op == _INSERT:
+    if op == _INSERT and value is not None:
         if isinstance(parent, dict) and isinstance(last, str):
             if last in parent:
                 raise ValueError(f"JSON diff INSERT {path}: the member already exists in the before image")
-            _insert_member(parent, last, _document_node(value))  # type: ignore[arg-type]
+            _insert_member(parent, last, _document_node(value))
             return
         if isinstance(parent, list) and isinstance(last, ArrayCell):
-            parent.insert(last.position(len(parent))[0], _document_node(value))  # type: ignore[arg-type]
+            parent.insert(last.position(len(parent))[0], _document_node(value))
             return
         raise ValueError(f"JSON diff INSERT {path}: no object or array to insert into in the before image")
+    # REMOVE, the one operation without a value (_iter_json_diff reads one for each other operation)
     if isinstance(parent, dict) and isinstance(last, str) and last in parent:
         del parent[last]
         return

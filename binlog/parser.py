@@ -12,6 +12,7 @@ import logging
 import struct
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 
 from binlog.changes import RowChange, Transaction
 from binlog.constants import (
@@ -244,6 +245,11 @@ class EventDecoder:
         trx = Transaction([], self.position(), self.last_timestamp, "", (), dict(self.counts))
         self.counts.clear()
         self._committed = trx.position
+        # A schema history may re-read tables it lost now that nothing is pending (binlog.schemahistory.caught_up);
+        # the layouts cached for their TABLE_MAPs are then out of date.
+        caught_up = getattr(self.provider, "caught_up", None)
+        if caught_up is not None and caught_up(trx.position):
+            self._map_cache.clear()
         return trx
 
     # -- events ---------------------------------------------------------------------------------------------------
@@ -296,86 +302,135 @@ class EventDecoder:
             if log_pos > self.pos:
                 self.pos = log_pos
             return self._payload(event, end, timestamp, log_pos)
-        return self._event(event, event_type, server_id, end, timestamp, log_pos, flags, fde)
+        if fde is not None:
+            self._format_description(fde, log_pos, flags)
+            return None
+        return self._event(event, event_type, server_id, end, timestamp, log_pos, flags)
 
     def _event(
-        self,
-        event: bytes,
-        event_type: int,
-        server_id: int,
-        end: int,
-        timestamp: int,
-        log_pos: int,
-        flags: int,
-        fde: FormatDescription | None,
+        self, event: bytes, event_type: int, server_id: int, end: int, timestamp: int, log_pos: int, flags: int
     ) -> Transaction | None:
-        """Any event but rows events and payloads, its header read and its checksum checked (``end``: its body's)."""
-        artificial = log_pos == 0 or flags & LOG_EVENT_ARTIFICIAL_F
-        if event_type == TABLE_MAP_EVENT:
-            self._table_map(event, end)
-        elif event_type in (QUERY_EVENT, QUERY_COMPRESSED_EVENT):
-            if log_pos > self.pos:
-                self.pos = log_pos
-            return self._query(event, event_type, end, timestamp)
-        elif event_type == XID_EVENT:
-            if log_pos > self.pos:
-                self.pos = log_pos
-            parse_xid(event[LOG_EVENT_HEADER_LEN:end])
-            return self._commit(timestamp)
-        elif event_type == GTID_EVENT:
-            seq, domain, flags2, _commit_id = parse_mariadb_gtid(event[LOG_EVENT_HEADER_LEN:end])
-            self._flavor = "mariadb"
-            self._start_open(timestamp)
-            self._pending_maria = (domain, server_id, seq)
-            self.trx_gtid = f"{domain}-{server_id}-{seq}"
-            # Without FL_STANDALONE the GTID event stands for BEGIN; with it, the next statement is the whole group.
-            self.in_transaction = not flags2 & FL_STANDALONE
-        elif event_type == GTID_LOG_EVENT:
-            sid, gno = parse_mysql_gtid(event[LOG_EVENT_HEADER_LEN:end])
-            self._flavor = "mysql"
-            self._start_open(timestamp)
-            self._pending_mysql = (sid, gno)
-            self.trx_gtid = f"{sid}:{gno}"
-        elif event_type == ANONYMOUS_GTID_LOG_EVENT:
-            self._start_open(timestamp)
-        elif event_type == ROTATE_EVENT:
-            position, name = parse_rotate(event[LOG_EVENT_HEADER_LEN:end], self.fde.post_header_len(ROTATE_EVENT))
-            if name != self.file:
-                self.tables.clear()
-            self.file, self.pos = name, position
+        """Any event but rows events, payloads and FORMAT_DESCRIPTIONs, its header read and its checksum checked
+        (``end``: its body's): the method ``_HANDLERS`` names for its type decodes its body."""
+        handler = _HANDLERS.get(event_type)
+        if handler is None:
+            # INTVAR, RAND, USER_VAR, ANNOTATE_ROWS, BINLOG_CHECKPOINT, ROWS_QUERY, STOP and unknown types carry nothing
+            # the relay needs: they are skipped by their size.
+            self._move_past(log_pos, flags)
             return None
-        elif event_type == FORMAT_DESCRIPTION_EVENT:
-            assert fde is not None
-            self.fde = fde
-            self.checksum_alg = fde.checksum_alg
-            if fde.is_mariadb and not self._flavor:
-                self._flavor = "mariadb"
-            if not artificial and fde.create_timestamp:
-                # A file's first FDE (create_timestamp set) means the source (re)started the file: no table ids survive.
-                self.tables.clear()
-        elif event_type == GTID_LIST_EVENT:
-            self._flavor = "mariadb"
-            self.maria_gtids.replace(parse_gtid_list(event[LOG_EVENT_HEADER_LEN:end]))
-        elif event_type == PREVIOUS_GTIDS_LOG_EVENT:
-            self._flavor = "mysql"
-            self.mysql_gtids.union(MysqlGtidSet.decode(event[LOG_EVENT_HEADER_LEN:end]))
-        elif event_type == HEARTBEAT_LOG_EVENT:
-            name = bytes(event[LOG_EVENT_HEADER_LEN:end]).decode("utf-8", "replace")
-            return self._tick(name, log_pos)
-        elif event_type == HEARTBEAT_LOG_EVENT_V2:
-            name, position = parse_heartbeat_v2(event[LOG_EVENT_HEADER_LEN:end])
-            return self._tick(name, position or log_pos)
-        elif event_type == XA_PREPARE_LOG_EVENT:
-            if log_pos > self.pos:
-                self.pos = log_pos
-            return self._commit(timestamp)
-        elif event_type == START_ENCRYPTION_EVENT:
-            raise BinlogError(f"{self.file} is encrypted (binlog encryption); read it through the server instead")
-        # Everything else (INTVAR, RAND, USER_VAR, ANNOTATE_ROWS, BINLOG_CHECKPOINT, ROWS_QUERY, STOP, unknown types)
-        # carries nothing the relay needs and is skipped by its size.
-        if not artificial and log_pos > self.pos:
+        return handler(self, event[LOG_EVENT_HEADER_LEN:end], event_type, server_id, timestamp, log_pos, flags)
+
+    def _move_past(self, log_pos: int, flags: int) -> None:
+        """The position moves past an event that completes nothing, unless the source made it up (artificial)."""
+        if log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and log_pos > self.pos:
             self.pos = log_pos
-        return None
+
+    def _format_description(self, fde: FormatDescription, log_pos: int, flags: int) -> None:
+        """A FORMAT_DESCRIPTION, parsed by ``feed`` (its checksum algorithm says how the event itself is checked)."""
+        self.fde = fde
+        self.checksum_alg = fde.checksum_alg
+        if fde.is_mariadb and not self._flavor:
+            self._flavor = "mariadb"
+        if log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and fde.create_timestamp:
+            # A file's first FDE (create_timestamp set) means the source (re)started the file: no table ids survive.
+            self.tables.clear()
+        self._move_past(log_pos, flags)
+
+    # The handlers of _HANDLERS, one per event type, all called alike (``body``: the event without its header and
+    # checksum). Those that complete nothing end in ``_move_past``; the others set the position themselves.
+
+    def _table_map(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> None:
+        body = bytes(body)
+        entry = self._map_cache.get(body)
+        if entry is None:
+            table_map = parse_table_map(body, self.fde.post_header_len(TABLE_MAP_EVENT), mariadb=self.fde.is_mariadb)
+            entry = _TableEntry(table_map, self.resolver.resolve(table_map))
+            if len(self._map_cache) > 10000:
+                self._map_cache.clear()
+            self._map_cache[body] = entry
+        self.tables[entry.map.table_id] = entry
+        self._move_past(log_pos, flags)
+
+    def _xid(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> Transaction:
+        if log_pos > self.pos:
+            self.pos = log_pos
+        parse_xid(body)
+        return self._commit(timestamp)
+
+    def _xa_prepare(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> Transaction:
+        if log_pos > self.pos:
+            self.pos = log_pos
+        return self._commit(timestamp)
+
+    def _mariadb_gtid(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> None:
+        seq, domain, flags2, _commit_id = parse_mariadb_gtid(body)
+        self._flavor = "mariadb"
+        self._start_open(timestamp)
+        self._pending_maria = (domain, server_id, seq)
+        self.trx_gtid = f"{domain}-{server_id}-{seq}"
+        # Without FL_STANDALONE the GTID event stands for BEGIN; with it, the next statement is the whole group.
+        self.in_transaction = not flags2 & FL_STANDALONE
+        self._move_past(log_pos, flags)
+
+    def _mysql_gtid(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> None:
+        sid, gno = parse_mysql_gtid(body)
+        self._flavor = "mysql"
+        self._start_open(timestamp)
+        self._pending_mysql = (sid, gno)
+        self.trx_gtid = f"{sid}:{gno}"
+        self._move_past(log_pos, flags)
+
+    def _anonymous_gtid(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> None:
+        self._start_open(timestamp)
+        self._move_past(log_pos, flags)
+
+    def _gtid_list(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> None:
+        self._flavor = "mariadb"
+        self.maria_gtids.replace(parse_gtid_list(body))
+        self._move_past(log_pos, flags)
+
+    def _previous_gtids(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> None:
+        self._flavor = "mysql"
+        self.mysql_gtids.union(MysqlGtidSet.decode(body))
+        self._move_past(log_pos, flags)
+
+    def _rotate(self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int) -> None:
+        position, name = parse_rotate(body, self.fde.post_header_len(ROTATE_EVENT))
+        if name != self.file:
+            self.tables.clear()
+        self.file, self.pos = name, position
+
+    def _heartbeat(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> Transaction | None:
+        return self._tick(bytes(body).decode("utf-8", "replace"), log_pos)
+
+    def _heartbeat_v2(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> Transaction | None:
+        name, position = parse_heartbeat_v2(body)
+        return self._tick(name, position or log_pos)
+
+    def _start_encryption(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> None:
+        raise BinlogError(f"{self.file} is encrypted (binlog encryption); read it through the server instead")
 
     def _start_open(self, timestamp: int) -> None:
         if self.changes or self.in_transaction:
@@ -390,8 +445,11 @@ class EventDecoder:
     def _where(self) -> tuple[str, int]:
         return self.file, self.pos
 
-    def _query(self, event: bytes, event_type: int, end: int, timestamp: int) -> Transaction | None:
-        body = event[LOG_EVENT_HEADER_LEN:end]
+    def _query(
+        self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
+    ) -> Transaction | None:
+        if log_pos > self.pos:
+            self.pos = log_pos
         schema, query = parse_query(body, self.fde.post_header_len(QUERY_EVENT))
         if event_type == QUERY_COMPRESSED_EVENT:
             query = _uncompress_block(query.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
@@ -417,6 +475,9 @@ class EventDecoder:
         self.statement_schemas.append(schema)
         if keyword in _DDL_PREFIXES:
             self.schema_changed()
+            follow = getattr(self.provider, "statement", None)  # a schema history (binlog.schemahistory) follows DDL
+            if follow is not None:
+                follow(schema, query, Position(self.file, self.pos, self.trx_gtid))
         if not self.in_transaction:
             self.trx_timestamp = self.trx_timestamp or timestamp
             return self._commit(timestamp)
@@ -427,17 +488,6 @@ class EventDecoder:
         self._map_cache.clear()
         if self.provider is not None:
             self.provider.invalidate()
-
-    def _table_map(self, event: bytes, end: int) -> None:
-        body = bytes(event[LOG_EVENT_HEADER_LEN:end])
-        entry = self._map_cache.get(body)
-        if entry is None:
-            table_map = parse_table_map(body, self.fde.post_header_len(TABLE_MAP_EVENT), mariadb=self.fde.is_mariadb)
-            entry = _TableEntry(table_map, self.resolver.resolve(table_map))
-            if len(self._map_cache) > 10000:
-                self._map_cache.clear()
-            self._map_cache[body] = entry
-        self.tables[entry.map.table_id] = entry
 
     def _rows(self, event: bytes, event_type: int, end: int, timestamp: int, log_pos: int, first_row: int = 0) -> int:
         """Decode a rows event into ``self.changes``, numbering its rows from ``first_row``; returns how many."""
@@ -542,12 +592,30 @@ class EventDecoder:
             elif event_type in _NOT_IN_PAYLOADS:
                 raise BinlogError(f"{where}: a {EVENT_TYPE_NAMES[event_type]} cannot be inside a payload")
             else:
-                result = self._event(data, event_type, server_id, size, inner_time, log_pos, flags, None)
+                result = self._event(data, event_type, server_id, size, inner_time, log_pos, flags)
         return result
 
 
 # Events that would change the decoder's file, format or nesting: never part of a transaction's payload.
 _NOT_IN_PAYLOADS = frozenset({FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, TRANSACTION_PAYLOAD_EVENT})
+
+# The decoder's method for each event type that reaches ``_event``; any other type is skipped.
+_HANDLERS: dict[int, Callable[[EventDecoder, bytes, int, int, int, int, int], Transaction | None]] = {
+    TABLE_MAP_EVENT: EventDecoder._table_map,
+    QUERY_EVENT: EventDecoder._query,
+    QUERY_COMPRESSED_EVENT: EventDecoder._query,
+    XID_EVENT: EventDecoder._xid,
+    XA_PREPARE_LOG_EVENT: EventDecoder._xa_prepare,
+    GTID_EVENT: EventDecoder._mariadb_gtid,
+    GTID_LOG_EVENT: EventDecoder._mysql_gtid,
+    ANONYMOUS_GTID_LOG_EVENT: EventDecoder._anonymous_gtid,
+    GTID_LIST_EVENT: EventDecoder._gtid_list,
+    PREVIOUS_GTIDS_LOG_EVENT: EventDecoder._previous_gtids,
+    ROTATE_EVENT: EventDecoder._rotate,
+    HEARTBEAT_LOG_EVENT: EventDecoder._heartbeat,
+    HEARTBEAT_LOG_EVENT_V2: EventDecoder._heartbeat_v2,
+    START_ENCRYPTION_EVENT: EventDecoder._start_encryption,
+}
 
 
 def _uncompress_block(data: bytes) -> bytes:

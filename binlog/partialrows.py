@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from binlog.changes import NOT_PRESENT, RowChange
+from binlog.changes import NOT_PRESENT, Row, RowChange, Value
 from binlog.constants import KIND_INSERT, KIND_UPDATE, MYSQL_TYPE_BLOB, MYSQL_TYPE_JSON, PARTIAL_JSON_UPDATES
 from binlog.errors import BinlogError
 from binlog.jsonb import apply_json_diff, decode_json
@@ -39,9 +39,9 @@ def _raw_json(column: ColumnInfo) -> ColumnInfo:
     return replace(column, type_code=MYSQL_TYPE_BLOB, charset="binary", is_json=False)
 
 
-def _json_text(value: object) -> object:
+def _json_text(value: Value) -> Value:
     # As the row decoders render JSON: an empty document is MySQL's JSON null.
-    return decode_json(value) if isinstance(value, bytes) else value  # type: ignore[arg-type]
+    return decode_json(value) if isinstance(value, bytes) else value
 
 
 def build_partial_update_decoder(columns: Sequence[ColumnInfo], present: int, present_after: int) -> RowsDecoder:
@@ -76,7 +76,7 @@ def build_partial_update_decoder(columns: Sequence[ColumnInfo], present: int, pr
                 partial = int.from_bytes(buf[p : p + partial_bytes], "little")
                 p += partial_bytes
             after_raw, p = after_image(buf, p, info)
-            after = list(after_raw)
+            after: list[Value] = list(after_raw)
             for bit, index in enumerate(json_indexes):
                 value = after[index]
                 if partial >> bit & 1 and isinstance(value, bytes):
@@ -95,33 +95,32 @@ def build_partial_update_decoder(columns: Sequence[ColumnInfo], present: int, pr
     return decode_rows
 
 
-def _one_image(
-    decoder: RowsDecoder, present: int, ncols: int
-) -> Callable[[bytes, int, TableInfo], tuple[tuple[object, ...], int]]:
+def _one_image(decoder: RowsDecoder, present: int, ncols: int) -> Callable[[bytes, int, TableInfo], tuple[Row, int]]:
     """One row image at ``p``: (values, position after it), through a one-image (insert-layout) row decoder."""
     if not present:
         # No column in the image: no null bitmap, no values (and the generated loop would not advance).
         empty = (NOT_PRESENT,) * ncols
         return lambda buf, p, info: (empty, p)
 
-    def read(buf: bytes, p: int, info: TableInfo) -> tuple[tuple[object, ...], int]:
+    def read(buf: bytes, p: int, info: TableInfo) -> tuple[Row, int]:
         # The generated loop decodes images while p < end: an end just past p stops it after exactly one.
         (change,), p = decoder(buf, p, p + 1, "", "", (), "", 0, 0, "", info, 0)
+        assert change.after is not None  # an insert's decoder fills the after image
         return change.after, p
 
     return read
 
 
-def _apply(before: object, diff: bytes, file: str, pos: int, info: TableInfo, index: int) -> str:
+def _apply(before: Value, diff: bytes, file: str, pos: int, info: TableInfo, index: int) -> str:
     where = f"partial JSON update at {file}:{pos} ({info.schema}.{info.table} column {info.names[index]!r})"
     if before is NOT_PRESENT:
         raise BinlogError(
             f"{where}: the before image leaves the column out, so its diff cannot be applied "
             "(set binlog_row_image=FULL, or binlog_row_value_options='' on the source)"
         )
-    if before is None:
+    if not isinstance(before, bytes):  # None: the JSON columns are read raw, so any other value is bytes
         raise BinlogError(f"{where}: the column is NULL before the update; a diff cannot apply to NULL")
     try:
-        return apply_json_diff(before, diff)  # type: ignore[arg-type]
+        return apply_json_diff(before, diff)
     except ValueError as exc:
         raise BinlogError(f"{where}: {exc}") from exc

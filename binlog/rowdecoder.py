@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from binlog import values as _values
 from binlog.changes import NOT_PRESENT, RowChange
@@ -52,10 +53,10 @@ from binlog.constants import (
     MYSQL_TYPE_YEAR,
 )
 from binlog.errors import BinlogError
-from binlog.table import ColumnInfo
+from binlog.table import ColumnInfo, TableInfo
 from binlog.values import DIG2BYTES
 
-_INT_FORMATS = {
+_INT_FORMATS: dict[int, tuple[int, str, str]] = {  # (size, signed struct code, unsigned struct code)
     MYSQL_TYPE_TINY: (1, "b", "B"),
     MYSQL_TYPE_SHORT: (2, "h", "H"),
     MYSQL_TYPE_LONG: (4, "i", "I"),
@@ -356,7 +357,8 @@ def _struct_code(column: ColumnInfo) -> tuple[str, str]:
     if t == MYSQL_TYPE_TINY:
         return "", "B"  # the raw byte, turned into text through SIGNED_BYTE/UNSIGNED_BYTE
     if t in _INT_FORMATS:
-        return "<", _INT_FORMATS[t][2 if column.unsigned else 1]
+        _size, signed, unsigned = _INT_FORMATS[t]
+        return "<", unsigned if column.unsigned else signed
     if t == MYSQL_TYPE_INT24:
         return "<", "HB" if column.unsigned else "Hb"  # low 16 bits, then the (signed) high byte
     if t in (MYSQL_TYPE_FLOAT, MYSQL_TYPE_DOUBLE):
@@ -494,7 +496,7 @@ def _emit_fixed_block(
         b.lines.append(f"{ind}p += {off}")
 
 
-def _layout_key(column: ColumnInfo) -> tuple:
+def _layout_key(column: ColumnInfo) -> tuple[object, ...]:
     return (
         column.type_code,
         column.meta,
@@ -582,19 +584,21 @@ def _emit_image(b: _Builder, columns: tuple[ColumnInfo, ...], present: int, ind:
     return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
 
 
-def _compile(b: _Builder, name: str, label: str) -> Callable[..., object]:
+def _compile(b: _Builder, name: str, label: str) -> RowsDecoder:
     source = "\n".join(b.lines)
-    namespace: dict[str, object] = dict(_GLOBALS)
+    namespace: dict[str, Any] = dict(_GLOBALS)  # the generated functions, which a type checker cannot see
     namespace.update(b.consts)
     exec(compile(source, label, "exec"), namespace)
     function = namespace[name]
-    function.source = source  # type: ignore[attr-defined]  # kept for debugging and tests
-    return function  # type: ignore[return-value]
+    function.source = source  # kept for debugging and tests
+    return cast(RowsDecoder, function)
 
 
 # (buf, p, end, schema, table, names, file, pos, timestamp, gtid, info, first_row) -> (changes, p)
-RowsDecoder = Callable[..., tuple[list[RowChange], int]]
-_ROWS_DECODERS: dict[tuple, RowsDecoder] = {}
+RowsDecoder = Callable[
+    [bytes, int, int, str, str, tuple[str, ...], str, int, int, str, TableInfo, int], tuple[list[RowChange], int]
+]
+_ROWS_DECODERS: dict[tuple[tuple[tuple[object, ...], ...], int, int, int], RowsDecoder] = {}
 
 
 def build_rows_decoder(columns: Sequence[ColumnInfo], kind: int, present: int, present_after: int = 0) -> RowsDecoder:
@@ -640,4 +644,4 @@ def _generate_rows(columns: tuple[ColumnInfo, ...], kind: int, present: int, pre
         "        row += 1",
         "    return out, p",
     ]
-    return _compile(b, "decode_rows", f"<rows decoder {len(columns)} columns>")  # type: ignore[return-value]
+    return _compile(b, "decode_rows", f"<rows decoder {len(columns)} columns>")

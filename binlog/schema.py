@@ -65,7 +65,7 @@ class InformationSchemaProvider:
         self._lock = threading.Lock()
         self.queries = 0  # look-ups made (for tests and statistics)
 
-    def _query(self, sql: str, *params: Any) -> list[tuple]:
+    def _query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         import pymysql
 
         for attempt in (1, 2):
@@ -172,6 +172,10 @@ class TableResolver:
     def _schema_table(self, tm: TableMap) -> SchemaTable | None:
         if self.provider is None:
             return None
+        check = getattr(self.provider, "table_for_map", None)  # a schema history checks the layout itself
+        if check is not None:
+            checked: SchemaTable | None = check(tm)
+            return checked
         found = self.provider.table(tm.schema, tm.table)
         if found is None or len(found.columns) != len(tm.types):
             # Cached before a DDL we have not seen (or never looked up): look again once.
@@ -197,7 +201,9 @@ class TableResolver:
             or any(t == MYSQL_TYPE_SET and i not in set_values for i, t in enumerate(tm.types))
             or any(t in _OLD_TEMPORAL for t in tm.types)  # their precision is never in the binlog
         )
-        st = self._schema_table(tm) if needs_schema else None
+        # A schema history sees every TABLE_MAP, row metadata or not: a disagreement with the event is worth a warning.
+        checking = hasattr(self.provider, "table_for_map")
+        st = self._schema_table(tm) if needs_schema or checking else None
         if names is None and st is None:
             key = (tm.schema, tm.table, count)
             if key not in self._warned:

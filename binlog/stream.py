@@ -114,6 +114,9 @@ class BinlogStream:
             start = Position(start.file, start.pos, conn.gtid_at(start.file, start.pos))
             if self._start is not None and self._confirmed is None:
                 self._start = start
+        rewind = getattr(self.provider, "rewind", None)  # a schema history: the layouts in force at the start
+        if rewind is not None:
+            rewind(start)
         conn.prepare(self.settings.heartbeat_seconds)
         conn.register(self.settings.server_id)
         conn.start_dump(start, self.settings.server_id, blocking=self.blocking, use_gtid=self.settings.use_gtid)

@@ -104,45 +104,49 @@ def string_real_type(meta: int) -> tuple[int, int]:
     return (byte0 or MYSQL_TYPE_STRING), byte1
 
 
+# The SQL names of types whose name needs no metadata: numbers take " unsigned", temporal types take "(fsp)".
+_NUMERIC_NAMES = {
+    MYSQL_TYPE_TINY: "tinyint",
+    MYSQL_TYPE_SHORT: "smallint",
+    MYSQL_TYPE_INT24: "mediumint",
+    MYSQL_TYPE_LONG: "int",
+    MYSQL_TYPE_LONGLONG: "bigint",
+    MYSQL_TYPE_FLOAT: "float",
+    MYSQL_TYPE_DOUBLE: "double",
+}
+_FRACTIONAL_NAMES = {
+    MYSQL_TYPE_TIME: "time",
+    MYSQL_TYPE_TIME2: "time",
+    MYSQL_TYPE_DATETIME: "datetime",
+    MYSQL_TYPE_DATETIME2: "datetime",
+    MYSQL_TYPE_TIMESTAMP: "timestamp",
+    MYSQL_TYPE_TIMESTAMP2: "timestamp",
+}
+_PLAIN_NAMES = {
+    MYSQL_TYPE_YEAR: "year",
+    MYSQL_TYPE_DATE: "date",
+    MYSQL_TYPE_NEWDATE: "date",
+    MYSQL_TYPE_JSON: "json",
+    MYSQL_TYPE_GEOMETRY: "geometry",
+    MYSQL_TYPE_ENUM: "enum",
+    MYSQL_TYPE_SET: "set",
+}
+
+
 def derived_type_name(type_code: int, meta: int, unsigned: bool, charset: str | None) -> str:
     """A SQL type name (as information_schema's COLUMN_TYPE would say it) from binlog facts alone."""
     suffix = " unsigned" if unsigned else ""
-    if type_code == MYSQL_TYPE_TINY:
-        return "tinyint" + suffix
-    if type_code == MYSQL_TYPE_SHORT:
-        return "smallint" + suffix
-    if type_code == MYSQL_TYPE_INT24:
-        return "mediumint" + suffix
-    if type_code == MYSQL_TYPE_LONG:
-        return "int" + suffix
-    if type_code == MYSQL_TYPE_LONGLONG:
-        return "bigint" + suffix
-    if type_code == MYSQL_TYPE_FLOAT:
-        return "float" + suffix
-    if type_code == MYSQL_TYPE_DOUBLE:
-        return "double" + suffix
+    if type_code in _NUMERIC_NAMES:
+        return _NUMERIC_NAMES[type_code] + suffix
     if type_code == MYSQL_TYPE_NEWDECIMAL:
         return f"decimal({meta >> 8},{meta & 0xFF})" + suffix
-    if type_code == MYSQL_TYPE_YEAR:
-        return "year"
-    if type_code in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
-        return "date"
-    if type_code in (MYSQL_TYPE_TIME, MYSQL_TYPE_TIME2):
-        return f"time({meta})" if meta else "time"
-    if type_code in (MYSQL_TYPE_DATETIME, MYSQL_TYPE_DATETIME2):
-        return f"datetime({meta})" if meta else "datetime"
-    if type_code in (MYSQL_TYPE_TIMESTAMP, MYSQL_TYPE_TIMESTAMP2):
-        return f"timestamp({meta})" if meta else "timestamp"
+    if type_code in _FRACTIONAL_NAMES:
+        name = _FRACTIONAL_NAMES[type_code]
+        return f"{name}({meta})" if meta else name
+    if type_code in _PLAIN_NAMES:
+        return _PLAIN_NAMES[type_code]
     if type_code == MYSQL_TYPE_BIT:
         return f"bit({(meta & 0xFF) * 8 + (meta >> 8)})"
-    if type_code == MYSQL_TYPE_JSON:
-        return "json"
-    if type_code == MYSQL_TYPE_GEOMETRY:
-        return "geometry"
-    if type_code == MYSQL_TYPE_ENUM:
-        return "enum"
-    if type_code == MYSQL_TYPE_SET:
-        return "set"
     binary = charset == "binary"
     if type_code in (MYSQL_TYPE_VARCHAR, MYSQL_TYPE_VAR_STRING, MYSQL_TYPE_VARCHAR_COMPRESSED):
         return f"varbinary({meta})" if binary else f"varchar({meta // max_bytes_per_char(charset)})"

@@ -218,6 +218,8 @@ def _parse_optional(body: bytes, pos: int, types: list[int], mariadb: bool) -> O
     meta = OptionalMetadata()
     charsets: dict[int, str] = {}
     seen_charset = False
+    enum_labels: dict[int, tuple[bytes, ...]] = {}  # decoded at the end, when every charset field has been read
+    set_labels: dict[int, tuple[bytes, ...]] = {}
     while pos < len(body):
         field_type = body[pos]
         length, pos = lenenc_int(body, pos + 1)
@@ -243,9 +245,9 @@ def _parse_optional(body: bytes, pos: int, types: list[int], mariadb: bool) -> O
                 names.append(raw.decode("utf-8", "replace"))
             meta.names = names
         elif field_type == ENUM_STR_VALUE:
-            meta.enum_values = _str_values(value, enums)
+            enum_labels = _str_values(value, enums)
         elif field_type == SET_STR_VALUE:
-            meta.set_values = _str_values(value, sets)
+            set_labels = _str_values(value, sets)
         elif field_type == GEOMETRY_TYPE:
             p = 0
             for index in geometries:
@@ -273,8 +275,14 @@ def _parse_optional(body: bytes, pos: int, types: list[int], mariadb: bool) -> O
     if seen_charset:
         meta.charsets = [charsets.get(i) for i in range(count)]
     # Labels are in their column's charset, which the (later) ENUM_AND_SET charset fields give.
-    for labels in (meta.enum_values, meta.set_values):
-        for index, raw_labels in labels.items():
-            codec, errors = codec_for_charset(charsets.get(index, "utf8mb4"))
-            labels[index] = tuple(x.decode(codec or "utf-8", errors or "replace") for x in raw_labels)
+    meta.enum_values = _decoded_labels(enum_labels, charsets)
+    meta.set_values = _decoded_labels(set_labels, charsets)
     return meta
+
+
+def _decoded_labels(labels: dict[int, tuple[bytes, ...]], charsets: dict[int, str]) -> dict[int, tuple[str, ...]]:
+    decoded: dict[int, tuple[str, ...]] = {}
+    for index, raw_labels in labels.items():
+        codec, errors = codec_for_charset(charsets.get(index, "utf8mb4"))
+        decoded[index] = tuple(x.decode(codec or "utf-8", errors or "replace") for x in raw_labels)
+    return decoded

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 ZERO_DATE = "0000-00-00"
 _unpack_f = struct.Struct("<f").unpack
@@ -98,7 +98,10 @@ def decimal_size(precision: int, scale: int) -> int:
 # -- dates and times --------------------------------------------------------------------------------------------------
 
 
-class Memo(dict):
+_Key = TypeVar("_Key")
+
+
+class Memo(dict[_Key, str]):
     """A dict that fills itself from a function: ``memo[key]`` costs one lookup once the key was seen.
 
     Dates, times of day and ENUM/SET texts repeat a lot across rows; rendering each once saves most of their cost.
@@ -107,12 +110,12 @@ class Memo(dict):
 
     __slots__ = ("function", "limit")
 
-    def __init__(self, function: Callable[[Any], str], limit: int = 200_000) -> None:
+    def __init__(self, function: Callable[[_Key], str], limit: int = 200_000) -> None:
         super().__init__()
         self.function = function
         self.limit = limit
 
-    def __missing__(self, key: Any) -> str:
+    def __missing__(self, key: _Key) -> str:
         if len(self) >= self.limit:
             self.clear()
         value = self[key] = self.function(key)
@@ -261,10 +264,10 @@ def whole_time2_text(value: int) -> str:
 
 # "mm:ss" by minute << 6 | second, the low 12 bits of a TIME2 value (out-of-range fields print as they are).
 MINUTES_SECONDS = tuple(f"{minute:02d}:{second:02d}" for minute in range(64) for second in range(64))
-DATE_TEXT = Memo(lambda raw: date_text(raw[0] | raw[1] << 8 | raw[2] << 16))  # by the 3 stored bytes
+DATE_TEXT: Memo[bytes] = Memo(lambda raw: date_text(raw[0] | raw[1] << 8 | raw[2] << 16))  # by the 3 stored bytes
 DATETIME2_DATE = Memo(_ymd_text)
 
-DAY_TEXT = Memo(lambda day: date_of_unix_day(day) + " ")
+DAY_TEXT: Memo[int] = Memo(lambda day: date_of_unix_day(day) + " ")
 SECONDS_OF_DAY = tuple(  # every time of day: TIMESTAMP values rarely repeat to the second, so a memo would miss
     f"{h:02d}:{m:02d}:{sec:02d}" for h in range(24) for m in range(60) for sec in range(60)
 )
@@ -293,15 +296,18 @@ def _datetime2_from_bytes(raw: bytes, fsp: int) -> str:
     if not fsp:
         return text
     if fsp <= 3:
-        return text + _SHORT_FRACTIONS[fsp][usec // 10 ** (6 - fsp)]
+        unit: int = 10 ** (6 - fsp)  # typed, as int ** int is Any to a type checker (a negative power is a float)
+        return text + _SHORT_FRACTIONS[fsp][usec // unit]
     return text + fraction_text(usec, fsp)
 
 
 # Whole DATETIME2 values by their stored bytes (one memo per precision: equal lengths, different layouts).
-DATETIME2_BYTES = {fsp: Memo(functools.partial(_datetime2_from_bytes, fsp=fsp)) for fsp in range(7)}
+DATETIME2_BYTES: dict[int, Memo[bytes]] = {
+    fsp: Memo(functools.partial(_datetime2_from_bytes, fsp=fsp)) for fsp in range(7)
+}
 
 
-_SHARED_MEMOS = (
+_SHARED_MEMOS: tuple[Memo[Any], ...] = (
     DATE_TEXT,
     DATETIME2_DATE,
     DAY_TEXT,
@@ -329,7 +335,7 @@ def enum_table(labels: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(enum_text(i, labels) for i in range(256))
 
 
-def set_memo(labels: tuple[str, ...]) -> Memo:
+def set_memo(labels: tuple[str, ...]) -> Memo[int]:
     return Memo(lambda bits: set_text(bits, labels), 65536)
 
 

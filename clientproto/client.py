@@ -11,6 +11,8 @@ Every request after AUTH carries the session's ClientID and token. On a socket e
 checksum, or a 0xFB session error) the client reconnects with exponential backoff: PING, AUTH, the remembered filters
 again, then the failed request once more. Requests are idempotent for this (ADDFILTER, REMOVEFILTER, ACK, FETCH in
 manual-ack mode) except auto-ack POLL/FETCH, whose lost reply loses its events: use manual ack when that matters.
+A reply over ``max_reply_payload`` is not retried (the relay would send it again): the connection is closed and
+:class:`ReplyTooLarge` raised. The default takes every reply a relay can send, the largest row included.
 One client is one connection; it is not thread-safe.
 """
 
@@ -24,8 +26,25 @@ import time
 from collections.abc import Iterator
 
 from .auth import server_key
-from .constants import MAX_FETCH_EVENTS, PROTOCOL_VERSION, REPLY_HEADER_SIZE, Command, EventType, Result, type_mask
-from .errors import AuthFailed, BadSession, ConnectionLost, ProtocolError, RelayError
+from .constants import (
+    MAX_FETCH_EVENTS,
+    MAX_REPLY_PAYLOAD,
+    PROTOCOL_VERSION,
+    REPLY_HEADER_SIZE,
+    Command,
+    EventType,
+    Result,
+    type_mask,
+)
+from .errors import (
+    AuthFailed,
+    BadSession,
+    ConnectionLost,
+    PayloadTooLarge,
+    ProtocolError,
+    RelayError,
+    ReplyTooLarge,
+)
 from .extensions import (
     AckReply,
     Status,
@@ -51,6 +70,10 @@ from .records import ABSENT, Column, Event
 log = logging.getLogger(__name__)
 
 FilterKey = tuple[int, str, str]
+
+#: Largest single recv: a big reply is read in pieces of this size, so memory follows the bytes that arrived rather
+#: than the PayloadSize a header announced.
+_RECV_CHUNK = 1 << 20
 
 
 def legacy_event(reply: PollEvent) -> Event:
@@ -89,7 +112,10 @@ class RelayClient:
         backoff: float = 0.1,
         max_backoff: float = 30.0,
         key: int | None = None,
+        max_reply_payload: int = MAX_REPLY_PAYLOAD,
     ) -> None:
+        if not 0 < max_reply_payload <= 0xFFFFFFFF:
+            raise ValueError(f"max_reply_payload {max_reply_payload}: must be 1..4294967295 (PayloadSize is a u32)")
         self.host = host
         self.port = port
         self.name = name
@@ -101,6 +127,8 @@ class RelayClient:
         self.max_backoff = max_backoff
         #: The original server's key variant, which every relay accepts.
         self.key = server_key(secret) if key is None else key
+        #: Largest reply payload taken; a bigger one raises ReplyTooLarge (see the module's docstring).
+        self.max_reply_payload = max_reply_payload
         self.client_id = 0
         self.token = 0
         #: QueueSize of the latest POLL/FETCH reply.
@@ -161,7 +189,7 @@ class RelayClient:
         chunks = []
         left = size
         while left:
-            chunk = self._sock.recv(left)
+            chunk = self._sock.recv(min(left, _RECV_CHUNK))
             if not chunk:
                 raise ConnectionResetError("the relay closed the connection")
             chunks.append(chunk)
@@ -175,7 +203,16 @@ class RelayClient:
         frame = encode_request(command, payload, version=PROTOCOL_VERSION, client_id=self.client_id, token=self.token)
         self._sock.settimeout(self.timeout if timeout is None else timeout)
         self._sock.sendall(frame)
-        header = decode_reply_header(self._recv_exactly(REPLY_HEADER_SIZE))
+        try:
+            header = decode_reply_header(self._recv_exactly(REPLY_HEADER_SIZE), max_payload=self.max_reply_payload)
+        except PayloadTooLarge as exc:
+            # The payload stays unread, so the stream is unusable: close it. With MANUAL_ACK nothing of this reply
+            # is acknowledged and the next session gets it again; an auto-ack reply (POLL, FETCH without
+            # MANUAL_ACK) counts as delivered once the relay handed all of it to TCP.
+            self.close()
+            raise ReplyTooLarge(
+                f"relay {self.host}:{self.port}: {exc}; this client's max_reply_payload is {self.max_reply_payload}"
+            ) from exc
         body = self._recv_exactly(header.payload_size) if header.payload_size else b""
         verify_reply(header, body)
         return header.result, body
@@ -192,6 +229,8 @@ class RelayClient:
                 if result != Result.BAD_SESSION:
                     return result, body
                 error: Exception = BadSession(result, body.rstrip(b"\x00").decode("utf-8", "replace"))
+            except ReplyTooLarge:
+                raise  # the same reply would come again: reconnecting cannot help
             except (OSError, ProtocolError) as exc:
                 error = exc
             self.close()

@@ -19,8 +19,16 @@ REPLY_HEADER_SIZE = 9
 
 #: Largest request payload a server accepts. The original read any PayloadSize, so one frame could exhaust memory.
 MAX_PAYLOAD = 1 << 20
-#: Largest reply payload a client accepts: a FETCH batch of big rows may exceed MAX_PAYLOAD, but not this.
-MAX_REPLY_PAYLOAD = 64 << 20
+#: Largest request payload a server accepts before AUTH succeeded on the connection. AUTH, the largest request an
+#: unauthenticated client needs, is at most 20 + MAX_NAME + 1 bytes; a bigger PayloadSize gets 0xFA and a close, so
+#: connections that never authenticate cost at most a few KiB each.
+MAX_UNAUTHENTICATED_PAYLOAD = 4096
+#: Default of the largest reply payload the Python client accepts (``RelayClient(max_reply_payload=...)``).
+#: A reply holds one row change at least, whatever its size. MySQL's largest row event is 1 GiB (the ceiling of
+#: max_allowed_packet), and a store keeps at most about 1 GB per change (PostgreSQL's text limit, SQLite's default
+#: SQLITE_MAX_LENGTH), so a record is below 1 GiB and a FETCH reply below that plus FETCH_BYTE_BUDGET: 1 GiB + 64 MiB
+#: covers every reply a relay can send. PayloadSize itself goes up to 4 GiB - 1.
+MAX_REPLY_PAYLOAD = (1 << 30) + (64 << 20)
 #: A FETCH reply stops taking records once its payload reaches this size (it always holds at least one record).
 FETCH_BYTE_BUDGET = 4 << 20
 #: Bounds of FETCH's MaxEvents and WaitMs.
@@ -73,7 +81,8 @@ class EventType(IntFlag):
     DELETE = 0x04
 
 
-ALL_EVENT_TYPES = 0x07
+#: A plain int, not a flag: ``~ALL_EVENT_TYPES`` must be the bits outside the three (IntFlag would invert within them).
+ALL_EVENT_TYPES = int(EventType.INSERT | EventType.UPDATE | EventType.DELETE)
 
 
 class DiscardPolicy(IntEnum):

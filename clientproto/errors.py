@@ -31,6 +31,11 @@ class PayloadTooLarge(ProtocolError):
     close = True
 
 
+class ReplyTooLarge(PayloadTooLarge):
+    """Client side: a reply's PayloadSize is over the client's ``max_reply_payload``. Retrying cannot help (the
+    relay sends the same reply again), so the client closes the connection and raises this instead."""
+
+
 class BadChecksum(ProtocolError):
     """The checksum field does not match the header fields and payload."""
 

@@ -17,7 +17,8 @@ from .records import Event, decode_record
 from .wire import U32, U64, Reader, name_lstring, text_lstring
 
 _FETCH = struct.Struct("<IIIQ")
-_FETCH_REPLY_HEAD = struct.Struct("<IQ")
+#: The FETCH reply payload's head: RecordCount, QueueSize.
+FETCH_REPLY_HEAD = struct.Struct("<IQ")
 _ACK_REPLY = struct.Struct("<QQ")
 _STATUS_COUNTERS = struct.Struct("<QQQQQQQ")
 _STATUS_FILTER = struct.Struct("<BBi")
@@ -71,12 +72,12 @@ def encode_fetch_reply(queue_size: int, records: Sequence[bytes]) -> list[bytes]
     ``records`` come from :func:`clientproto.records.encode_record`; the server stops adding records once their
     total reaches FETCH_BYTE_BUDGET (always sending at least one), so that one batch of big rows stays bounded.
     """
-    return [_FETCH_REPLY_HEAD.pack(len(records), queue_size), *records]
+    return [FETCH_REPLY_HEAD.pack(len(records), queue_size), *records]
 
 
 def decode_fetch_reply(payload: bytes) -> FetchReply:
     reader = Reader(payload, "FETCH reply")
-    count, queue_size = reader.unpack(_FETCH_REPLY_HEAD, "RecordCount/QueueSize")
+    count, queue_size = reader.unpack(FETCH_REPLY_HEAD, "RecordCount/QueueSize")
     # A record takes at least 4 + 25 + 4 * 5 + 4 bytes: refuse absurd counts before looping.
     if count * 53 > reader.remaining():
         raise reader.fail(f"RecordCount {count} at offset 0 cannot fit in the {reader.remaining()} bytes left")
@@ -238,4 +239,18 @@ def decode_status_reply(payload: bytes) -> Status:
         table = reader.text(f"filter {i} TableName")
         filters.append(FilterInfo(types, policy, limit, schema, table))
     reader.end()
-    return Status(client_id, name, *counters, binlog_file, binlog_pos, filters)  # type: ignore[arg-type]
+    queue_size, pending, acked_seq, last_seq, served, discarded, max_queue = counters
+    return Status(
+        client_id,
+        name,
+        queue_size,
+        pending,
+        acked_seq,
+        last_seq,
+        served,
+        discarded,
+        max_queue,
+        binlog_file,
+        binlog_pos,
+        filters,
+    )

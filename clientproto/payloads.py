@@ -203,7 +203,7 @@ def legacy_value(value: InValue) -> bytes:
         return b""
     if isinstance(value, str):
         return value.encode("utf-8")
-    return bytes(value)  # type: ignore[arg-type]
+    return bytes(value)
 
 
 def _legacy_lstring(value: InValue) -> bytes:
@@ -212,7 +212,7 @@ def _legacy_lstring(value: InValue) -> bytes:
     if value is ABSENT:
         return EMPTY_LSTRING
     data = value.encode("utf-8") if isinstance(value, str) else value
-    return _pack_u32(len(data) + 1) + data + NUL  # type: ignore[operator]
+    return _pack_u32(len(data) + 1) + data + NUL
 
 
 def encode_poll(

@@ -75,16 +75,20 @@ class Reader:
         return self.data[self._need(1, field)]
 
     def u16(self, field: str) -> int:
-        return U16.unpack_from(self.data, self._need(2, field))[0]
+        value: int = U16.unpack_from(self.data, self._need(2, field))[0]
+        return value
 
     def u32(self, field: str) -> int:
-        return U32.unpack_from(self.data, self._need(4, field))[0]
+        value: int = U32.unpack_from(self.data, self._need(4, field))[0]
+        return value
 
     def i32(self, field: str) -> int:
-        return I32.unpack_from(self.data, self._need(4, field))[0]
+        value: int = I32.unpack_from(self.data, self._need(4, field))[0]
+        return value
 
     def u64(self, field: str) -> int:
-        return U64.unpack_from(self.data, self._need(8, field))[0]
+        value: int = U64.unpack_from(self.data, self._need(8, field))[0]
+        return value
 
     def unpack(self, fmt: struct.Struct, field: str) -> tuple[int, ...]:
         return fmt.unpack_from(self.data, self._need(fmt.size, field))

@@ -7,6 +7,7 @@ the code. The session used throughout: secret "Freedelity", client "test-test", 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from . import codec, extensions, payloads
 from .auth import php_key, server_key
@@ -18,7 +19,15 @@ from .records import ABSENT, encode_record
 KEY = server_key("Freedelity")
 CLIENT_ID = 1
 TOKEN = 0x12345601
-SESSION = {"client_id": CLIENT_ID, "token": TOKEN, "version": LEGACY_VERSION}
+
+
+class _Session(TypedDict):
+    client_id: int
+    token: int
+    version: int
+
+
+SESSION: _Session = {"client_id": CLIENT_ID, "token": TOKEN, "version": LEGACY_VERSION}
 
 
 @dataclass(frozen=True)

@@ -76,18 +76,15 @@ class Demo:
         self.env["RELAY_SERVER_DATADIR"] = str(self.data_dir)
         self.env["RELAY_SERVER_SERVERPORT"] = str(self.relay_port)
         self.env["PYTHONUNBUFFERED"] = "1"
+        # The dashboard answers on 127.0.0.1 here; production names its hosts (DJANGO_ALLOWED_HOSTS or
+        # [Server] AllowedHosts), and the settings never default to "*".
+        self.env.setdefault("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
         configured = load_config(environ=self.env)
         if not configured.source.host:
             print("demo: no source configured; starting a throwaway MariaDB with the binlog on ...", flush=True)
             self.sandbox = MariaDB(self.data_dir / "mariadb").start()
             self.sandbox.execute(*SAMPLE_SCHEMA)
-            repl = self.sandbox.replication_settings()
-            self.env.update(
-                RELAY_SERVER_IPADDR=repl["host"],
-                RELAY_SERVER_SOURCEPORT=str(repl["port"]),
-                RELAY_SERVER_LOGIN=repl["user"],
-                RELAY_SERVER_PASSWORD=repl["password"],
-            )
+            self.env.update(self.sandbox.source_env())
         if not configured.auth_secret:
             self.env["RELAY_SERVER_AUTHSECRET"] = DEMO_SECRET
         self.secret = configured.auth_secret or DEMO_SECRET

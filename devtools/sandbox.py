@@ -50,6 +50,7 @@ class MariaDB:
         base_dir: Path,
         *,
         row_metadata_full: bool = True,
+        row_metadata: str | None = None,
         server_id: int = 1,
         extra_args: Sequence[str] = (),
     ) -> None:
@@ -61,6 +62,8 @@ class MariaDB:
         self.host = "127.0.0.1"
         self.port = free_tcp_port()
         self.row_metadata_full = row_metadata_full
+        # binlog_row_metadata: FULL or NO_LOG from row_metadata_full, unless given (MINIMAL: MySQL's default)
+        self.row_metadata = row_metadata or ("FULL" if row_metadata_full else "NO_LOG")
         self.server_id = server_id
         self.extra_args = list(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
@@ -85,7 +88,7 @@ class MariaDB:
             "--log-bin=binlog",
             "--binlog-format=ROW",
             "--binlog-row-image=FULL",
-            f"--binlog-row-metadata={'FULL' if self.row_metadata_full else 'NO_LOG'}",
+            f"--binlog-row-metadata={self.row_metadata}",
             "--character-set-server=utf8mb4",
             "--collation-server=utf8mb4_general_ci",
             "--innodb-buffer-pool-size=64M",
@@ -216,6 +219,16 @@ class MariaDB:
     def replication_settings(self) -> dict[str, Any]:
         """What a replica needs to connect: host, port, user and password of the replication user."""
         return {"host": self.host, "port": self.port, "user": REPLICATION_USER, "password": REPLICATION_PASSWORD}
+
+    def source_env(self) -> dict[str, str]:
+        """The environment variables that make this server the relay's source (as its replication user)."""
+        repl = self.replication_settings()
+        return {
+            "RELAY_SERVER_IPADDR": repl["host"],
+            "RELAY_SERVER_SOURCEPORT": str(repl["port"]),
+            "RELAY_SERVER_LOGIN": repl["user"],
+            "RELAY_SERVER_PASSWORD": repl["password"],
+        }
 
 
 _RUNNING: set[MariaDB] = set()

@@ -7,7 +7,7 @@ a queue is a seq range and that its entries must go with it. Filters can be edit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -27,11 +27,16 @@ from relay.models import (
     ColumnChangeHistory,
     EventCount,
     Filter,
+    FilterVersion,
+    LagSample,
     QueueEntry,
+    QueueSample,
     QueueState,
     RelayProcess,
+    SchemaBaseline,
     SchemaColumn,
     SchemaTable,
+    SchemaVersion,
     ServedEvent,
     TableUsage,
     UsageHistory,
@@ -41,7 +46,24 @@ from relay.models import (
 )
 from relay.store import relayprocess, rowcodec
 from relay.store.statistics import reset_statistics
+from relay.templatetags.relay_tags import unix_time
+from relay.web import health
 from relay.web.dashboard import client_status, event_type_name
+
+
+class _ClientCounts(TypedDict):
+    """What the client list's queryset annotates each client with."""
+
+    queue: int
+    pending: int
+
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from django_stubs_ext import WithAnnotations
+
+    AnnotatedClient: TypeAlias = WithAnnotations[Client, _ClientCounts]
 
 admin.site.site_header = "Binlog relay administration"
 admin.site.site_title = "Binlog relay"
@@ -90,8 +112,16 @@ def _report_reset(modeladmin: admin.ModelAdmin, request: HttpRequest, counts: di
 
 
 class ResetPermissionMixin:
+    """The "reset" permission, and the action that resets all statistics, of every statistics admin."""
+
     def has_reset_permission(self, request: HttpRequest) -> bool:
         return request.user.is_superuser or request.user.has_perm("relay.change_tableusage")
+
+    @admin.action(
+        description="Reset all statistics (event counts, table usage, minute buckets)", permissions=("reset",)
+    )
+    def reset_all_statistics(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        _report_reset(cast(admin.ModelAdmin, self), request, reset_statistics())
 
 
 # -- clients ------------------------------------------------------------------------------------------------------
@@ -185,11 +215,11 @@ class ClientAdmin(admin.ModelAdmin):
         return client_status(relayprocess.session_is_live(obj, now), obj.last_seen, now)
 
     @admin.display(description="queue", ordering="queue")
-    def queue_size(self, obj: Client) -> int:
+    def queue_size(self, obj: AnnotatedClient) -> int:
         return max(0, obj.queue or 0)
 
     @admin.display(description="pending acks", ordering="pending")
-    def pending_acks(self, obj: Client) -> int:
+    def pending_acks(self, obj: AnnotatedClient) -> int:
         return max(0, obj.pending or 0)
 
     @admin.display(description="discarded")
@@ -243,6 +273,27 @@ class FilterAdmin(admin.ModelAdmin):
         return mask_letters(obj.event_mask)
 
 
+@admin.register(SchemaVersion)
+class SchemaVersionAdmin(ReadOnlyAdmin):
+    """The schema history: each table's layouts, each valid from the binlog position of the DDL that made it."""
+
+    list_display = ("schema_name", "table_name", "binlog_file", "binlog_pos", "gtid", "exists", "baseline", "recorded")
+    list_filter = ("baseline", "exists", "schema_name")
+    search_fields = ("schema_name", "table_name", "statement")
+
+
+@admin.register(SchemaBaseline)
+class SchemaBaselineAdmin(ReadOnlyAdmin):
+    list_display = ("source", "binlog_file", "binlog_pos", "gtid", "taken", "lower_case_table_names")
+
+
+@admin.register(FilterVersion)
+class FilterVersionAdmin(ReadOnlyAdmin):
+    """The number every filter write moves on; the worker reloads its filters when it moved."""
+
+    list_display = ("id", "version")
+
+
 @admin.register(QueueState)
 class QueueStateAdmin(ReadOnlyAdmin):
     list_display = ("client", "last_seq", "max_queue", "discarded")
@@ -255,7 +306,7 @@ class QueueStateAdmin(ReadOnlyAdmin):
 
 @admin.register(Change)
 class ChangeAdmin(ReadOnlyAdmin):
-    list_display = ("id", "kind", "schema_name", "table_name", "binlog_file", "binlog_pos", "row_index", "timestamp")
+    list_display = ("id", "kind", "schema_name", "table_name", "binlog_file", "binlog_pos", "row_index", "event_time")
     # The stored ``data`` is an encoding (relay/store/rowcodec.py): the page shows the decoded columns instead.
     fields = (
         "kind",
@@ -264,7 +315,7 @@ class ChangeAdmin(ReadOnlyAdmin):
         "binlog_file",
         "binlog_pos",
         "row_index",
-        "timestamp",
+        "event_time",
         "gtid",
         "column_values",
     )
@@ -274,6 +325,10 @@ class ChangeAdmin(ReadOnlyAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     ordering = ("-id",)
+
+    @admin.display(description="event time (UTC)", ordering="timestamp")
+    def event_time(self, obj: Change) -> str:
+        return unix_time(obj.timestamp)
 
     @admin.display(description="columns")
     def column_values(self, obj: Change) -> str:
@@ -330,7 +385,7 @@ class WorkerStatusAdmin(ReadOnlyAdmin):
         "pid",
         "started",
         "heartbeat",
-        "lag_seconds",
+        "lag",
         "rows",
         "transactions",
         "reconnects",
@@ -338,6 +393,12 @@ class WorkerStatusAdmin(ReadOnlyAdmin):
     )
     list_filter = ("state",)
     search_fields = ("source", "hostname", "last_error")
+
+    @admin.display(description="lag (s)", ordering="lag_seconds")
+    def lag(self, obj: WorkerStatus) -> str:
+        # Computed now, like the dashboard (relay/web/health.py); the stored number is the worker's last measure.
+        value = health.lag(obj, timezone.now())
+        return "\u2013" if value is None else f"{value:,.1f}"
 
 
 @admin.register(RelayProcess)
@@ -368,12 +429,6 @@ class EventCountAdmin(ResetPermissionMixin, ReadOnlyAdmin):
     def event_name(self, obj: EventCount) -> str:
         return event_type_name(obj.event_type)
 
-    @admin.action(
-        description="Reset all statistics (event counts, table usage, minute buckets)", permissions=("reset",)
-    )
-    def reset_all_statistics(self, request: HttpRequest, queryset: QuerySet[EventCount]) -> None:
-        _report_reset(self, request, reset_statistics())
-
 
 @admin.register(TableUsage)
 class TableUsageAdmin(ResetPermissionMixin, ReadOnlyAdmin):
@@ -386,38 +441,34 @@ class TableUsageAdmin(ResetPermissionMixin, ReadOnlyAdmin):
         "start_inserts",
         "start_updates",
         "start_deletes",
-        "last_change",
+        "last_change_time",
     )
     list_filter = ("schema_name",)
     search_fields = ("schema_name", "table_name")
     actions = ("reset_selected", "reset_all_statistics")
+
+    @admin.display(description="last change (UTC)", ordering="last_change")
+    def last_change_time(self, obj: TableUsage) -> str:
+        return unix_time(obj.last_change)
 
     @admin.action(description="Reset the selected tables' counters and minute buckets", permissions=("reset",))
     def reset_selected(self, request: HttpRequest, queryset: QuerySet[TableUsage]) -> None:
         tables = list(queryset.values_list("schema_name", "table_name"))
         _report_reset(self, request, reset_statistics(tables))
 
-    @admin.action(
-        description="Reset all statistics (event counts, table usage, minute buckets)", permissions=("reset",)
-    )
-    def reset_all_statistics(self, request: HttpRequest, queryset: QuerySet[TableUsage]) -> None:
-        _report_reset(self, request, reset_statistics())
-
 
 @admin.register(UsageMinute)
 class UsageMinuteAdmin(ResetPermissionMixin, ReadOnlyAdmin):
-    list_display = ("minute", "schema_name", "table_name", "inserts", "updates", "deletes")
+    list_display = ("minute_time", "schema_name", "table_name", "inserts", "updates", "deletes")
     search_fields = ("=schema_name", "=table_name")
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     ordering = ("-minute",)
     actions = ("reset_all_statistics",)
 
-    @admin.action(
-        description="Reset all statistics (event counts, table usage, minute buckets)", permissions=("reset",)
-    )
-    def reset_all_statistics(self, request: HttpRequest, queryset: QuerySet[UsageMinute]) -> None:
-        _report_reset(self, request, reset_statistics())
+    @admin.display(description="minute (UTC)", ordering="minute")
+    def minute_time(self, obj: UsageMinute) -> str:
+        return unix_time(obj.minute)
 
 
 @admin.register(UsageHistory)
@@ -474,3 +525,21 @@ class SchemaColumnAdmin(ReadOnlyAdmin):
     list_filter = ("type_name", "unsigned", "nullable")
     search_fields = ("name", "table__schema_name", "table__table_name")
     list_select_related = ("table",)
+
+
+@admin.register(QueueSample)
+class QueueSampleAdmin(ReadOnlyAdmin):
+    list_display = ("at", "client", "queue", "discarded", "served")
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    ordering = ("-at",)
+
+
+@admin.register(LagSample)
+class LagSampleAdmin(ReadOnlyAdmin):
+    list_display = ("at", "source", "lag_rounded")
+    ordering = ("-at",)
+
+    @admin.display(description="lag (s)", ordering="lag")
+    def lag_rounded(self, obj: LagSample) -> str:
+        return f"{obj.lag:,.1f}"

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from binlog.cli import TOOL_SERVER_IDS
+
 DEFAULT_CONFIG_NAME = "replicaterelay.conf"
 DEFAULT_REPLICA_SERVER_ID = 0x52454C  # "REL": never the PID, which could collide with a real replica's id
 
@@ -68,6 +70,27 @@ class LoggerConfig:
 
 
 @dataclass(frozen=True)
+class MailConfig:
+    """The SMTP server the dashboard's password-reset mails go through ([Mail], new); no host: no password reset."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    sender: str
+    use_tls: bool
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.host)
+
+
+# Host names the dashboard answers when neither DJANGO_ALLOWED_HOSTS nor [Server] AllowedHosts says: this machine
+# only. Never "*": Django builds absolute URLs (password-reset links among them) from the Host header it accepts.
+DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+
+
+@dataclass(frozen=True)
 class RelayConfig:
     source: SourceConfig
     schema: SchemaConfig
@@ -80,6 +103,8 @@ class RelayConfig:
     http_port: int
     data_dir: Path
     database_url: str
+    allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
+    mail: MailConfig = field(default_factory=lambda: MailConfig("", 25, "", "", "", False))
     config_path: Path | None = None
     warnings: tuple[str, ...] = field(default=())
 
@@ -162,6 +187,26 @@ def _formats(name: str, value: str) -> frozenset[str]:
     return formats
 
 
+def _boolean(name: str, value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "yes", "true", "on"):
+        return True
+    if lowered in ("0", "no", "false", "off"):
+        return False
+    raise ConfigError(f"{name}: {value!r} is not yes or no")
+
+
+def _server_id(name: str, value: str) -> int:
+    number: int = _integer(1, 2**32 - 1)(name, value)
+    if number in TOOL_SERVER_IDS:
+        # binlog tail/check register with ids from this range, so that running them never takes the worker's place.
+        raise ConfigError(
+            f"{name}: {number} is in {TOOL_SERVER_IDS.start}..{TOOL_SERVER_IDS.stop - 1}, "
+            "the ids `python -m binlog tail|check` use; choose another"
+        )
+    return number
+
+
 def _database_url(name: str, value: str) -> str:
     if not (value.startswith(("postgres://", "postgresql://", "sqlite:///"))):
         raise ConfigError(f"{name}: {value!r} must start with postgres://, postgresql:// or sqlite:///")
@@ -241,7 +286,7 @@ def load_config(
         user=source_user,
         password=values.text("Server", "Password"),
         database=database_name,
-        server_id=values.parsed("Server", "ReplicaServerID", DEFAULT_REPLICA_SERVER_ID, _integer(1, 2**32 - 1)),
+        server_id=values.parsed("Server", "ReplicaServerID", DEFAULT_REPLICA_SERVER_ID, _server_id),
         start_from=start_from,
         start_gtid=start_gtid,
         heartbeat_seconds=values.parsed("Server", "HeartbeatSeconds", 5.0, _seconds),
@@ -268,6 +313,18 @@ def load_config(
     else:
         database_url = values.parsed("Store", "URL", f"sqlite:///{data_dir / 'relay.sqlite3'}", _database_url)
 
+    mail = MailConfig(
+        host=values.text("Mail", "Host"),
+        port=values.parsed("Mail", "Port", 25, _integer(1, 65535)),
+        user=values.text("Mail", "User"),
+        password=values.text("Mail", "Password"),
+        sender=values.text("Mail", "From"),
+        use_tls=values.parsed("Mail", "UseTLS", False, _boolean),
+    )
+    if mail.enabled and not mail.sender:
+        raise ConfigError("[Mail] From: the sender address is not set (password-reset mails need one)")
+    allowed_hosts = tuple(_split_names(values.text("Server", "AllowedHosts"))) or DEFAULT_ALLOWED_HOSTS
+
     return RelayConfig(
         source=source,
         schema=schema,
@@ -280,6 +337,8 @@ def load_config(
         http_port=values.parsed("Server", "HTTPPort", 6081, _integer(1, 65535)),
         data_dir=data_dir,
         database_url=database_url,
+        allowed_hosts=allowed_hosts,
+        mail=mail,
         config_path=config_path,
         warnings=tuple(warnings),
     )

@@ -14,19 +14,22 @@ from __future__ import annotations
 
 from django.db import models
 
+from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_UPDATE
+from clientproto import DiscardPolicy as WireDiscardPolicy
+
 
 class EventKind(models.IntegerChoices):
     """Row change types, with the relay protocol's bit values (a filter's mask combines them)."""
 
-    INSERT = 1, "insert"
-    UPDATE = 2, "update"
-    DELETE = 4, "delete"
+    INSERT = KIND_INSERT, "insert"
+    UPDATE = KIND_UPDATE, "update"
+    DELETE = KIND_DELETE, "delete"
 
 
 class DiscardPolicy(models.IntegerChoices):
-    NO_DISCARD = 0, "no discard"
-    UNQUEUE_OLDEST = 1, "unqueue oldest"
-    IGNORE_NEWEST = 2, "ignore newest"
+    NO_DISCARD = WireDiscardPolicy.NO_DISCARD.value, "no discard"
+    UNQUEUE_OLDEST = WireDiscardPolicy.UNQUEUE_OLDEST.value, "unqueue oldest"
+    IGNORE_NEWEST = WireDiscardPolicy.IGNORE_NEWEST.value, "ignore newest"
 
 
 class RelayProcess(models.Model):
@@ -105,6 +108,8 @@ class Filter(models.Model):
     queue_limit = models.IntegerField(default=0, help_text="<= 0: unlimited")
     discard_policy = models.PositiveSmallIntegerField(choices=DiscardPolicy.choices, default=DiscardPolicy.NO_DISCARD)
     created = models.DateTimeField(auto_now_add=True)
+    discarded = models.BigIntegerField(default=0, help_text="entries this filter's limit and policy dropped")
+    last_discard = models.DateTimeField(null=True, blank=True, help_text="when this filter last dropped an entry")
 
     class Meta:
         ordering = ["client_id", "id"]
@@ -116,6 +121,19 @@ class Filter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schema_name}.{self.table_name} ({mask_letters(self.event_mask)})"
+
+
+class FilterVersion(models.Model):
+    """One row whose number grows with every filter write (add, edit, remove, a client's deletion), in the same
+    transaction as the write. The worker reads it inside each batch's transaction and reloads its filters when it
+    moved, so a change committed on the source after a filter write is routed by the new filters
+    (relay/store/filters.py).
+    """
+
+    version = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"filter version {self.version}"
 
 
 def mask_letters(mask: int) -> str:
@@ -221,6 +239,15 @@ class WorkerStatus(models.Model):
     rows_since_start = models.BigIntegerField(default=0)
     reconnects = models.BigIntegerField(default=0)
     lag_seconds = models.FloatField(null=True, blank=True)
+    source_timestamp = models.DateTimeField(
+        null=True, blank=True, help_text="the source's time of the newest event applied (its binlog timestamp)"
+    )
+    caught_up = models.DateTimeField(
+        null=True, blank=True, help_text="when the worker last applied a source heartbeat: it had all the source had"
+    )
+    heartbeat_seconds = models.FloatField(
+        null=True, blank=True, help_text="the worker's HeartbeatSeconds: while connected it reports at least this often"
+    )
     source_file = models.CharField(max_length=255, blank=True, default="")
     source_pos = models.BigIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
@@ -228,12 +255,41 @@ class WorkerStatus(models.Model):
     standby_pid = models.IntegerField(null=True, blank=True, help_text="a second worker waiting to take over")
     standby_hostname = models.CharField(max_length=255, blank=True, default="")
     standby_heartbeat = models.DateTimeField(null=True, blank=True)
+    schema_problems = models.BigIntegerField(
+        default=0,
+        help_text="TABLE_MAPs that disagreed with the schema history and DDL it could not read (rows went out with "
+        "positional names @1, @2...)",
+    )
+    last_schema_problem = models.TextField(blank=True, default="")
+    last_schema_problem_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "worker status"
 
     def __str__(self) -> str:
         return f"worker for {self.source}: {self.state}"
+
+
+class QueueSample(models.Model):
+    """A client's queue once a minute, written by the worker (relay/worker/samples.py): the dashboard's queue size
+    over time, discards in the last hour and delivery rate come from the differences. Kept for a day."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(db_index=True)
+    queue = models.BigIntegerField(default=0)
+    discarded = models.BigIntegerField(default=0, help_text="the client's discard total at that time")
+    served = models.BigIntegerField(default=0, help_text="the client's served total at that time")
+
+    class Meta:
+        indexes = [models.Index(fields=["client", "at"], name="queue_sample_client_at")]
+
+
+class LagSample(models.Model):
+    """A source's lag once a minute, as the worker measured it when it reported (relay/worker/samples.py)."""
+
+    source = models.CharField(max_length=255)
+    at = models.DateTimeField(db_index=True)
+    lag = models.FloatField()
 
 
 class EventCount(models.Model):
@@ -369,3 +425,48 @@ class SchemaColumn(models.Model):
 
     def __str__(self) -> str:
         return f"{self.table}.{self.name}"
+
+
+class SchemaVersion(models.Model):
+    """One version of a table's layout in the schema history (binlog.schemahistory), valid from its position on.
+
+    Written in the store transaction of the batch whose DDL made it, so history and checkpoint always agree. A
+    baseline version was read from information_schema; ``exists`` False marks a table dropped or renamed away.
+    """
+
+    source = models.CharField(max_length=255)
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    binlog_file = models.CharField(max_length=255)
+    binlog_pos = models.BigIntegerField()
+    gtid = models.TextField(blank=True, default="", help_text="the GTID of the DDL that made this version")
+    exists = models.BooleanField(default=True)
+    columns = models.JSONField(default=list, help_text="[name, data_type, column_type, charset, nullable] per column")
+    primary_key = models.JSONField(default=list)
+    charset = models.CharField(max_length=64, blank=True, default="")
+    statement = models.TextField(blank=True, default="")
+    baseline = models.BooleanField(default=False)
+    recorded = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["source", "binlog_file", "binlog_pos", "id"]
+        indexes = [models.Index(fields=["source", "schema_name", "table_name"], name="schema_version_table")]
+
+    def __str__(self) -> str:
+        return f"{self.schema_name}.{self.table_name} from {self.binlog_file}:{self.binlog_pos}"
+
+
+class SchemaBaseline(models.Model):
+    """Where a source's schema history starts: the information_schema read and the position it belongs to."""
+
+    source = models.CharField(max_length=255, unique=True)
+    binlog_file = models.CharField(max_length=255)
+    binlog_pos = models.BigIntegerField()
+    gtid = models.TextField(blank=True, default="")
+    taken = models.DateTimeField(auto_now=True)
+    lower_case_table_names = models.PositiveSmallIntegerField(default=0)
+    server_charset = models.CharField(max_length=64, default="utf8mb4")
+    databases = models.JSONField(default=dict, help_text="database name -> default charset")
+
+    def __str__(self) -> str:
+        return f"{self.source} from {self.binlog_file}:{self.binlog_pos}"

@@ -1,4 +1,5 @@
-"""Fixtures shared by the suite: private MariaDB servers (with and without row metadata) and fresh schemas."""
+"""Fixtures shared by the suite: private MariaDB servers (with and without row metadata), fresh schemas, the filled
+store of the dashboard's tests with its users, and the clean-up of the relay processes a test started."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client as HttpClient
 
 from tests.harness.mariadb import MariaDB
+from tests.harness.processes import stop_all
+from tests.helpers.dashboard_data import PASSWORD, Filled, fill_store, make_users
 
 
 def _start_server(name: str, *, row_metadata_full: bool) -> MariaDB:
@@ -30,6 +35,16 @@ def mariadb() -> Iterator[MariaDB]:
 def mariadb_no_metadata() -> Iterator[MariaDB]:
     """A private MariaDB that writes no optional TABLE_MAP metadata (the default of older sources)."""
     server = _start_server("mariadb-nometa", row_metadata_full=False)
+    yield server
+    server.destroy()
+
+
+@pytest.fixture(scope="session")
+def mariadb_minimal_metadata() -> Iterator[MariaDB]:
+    """A private MariaDB with ``--binlog-row-metadata=MINIMAL``: signedness and charsets, no column names (the
+    default of MySQL)."""
+    base = Path(tempfile.mkdtemp(prefix="relay-mariadb-minimal-"))
+    server = MariaDB(base, row_metadata_full=False, row_metadata="MINIMAL").start()
     yield server
     server.destroy()
 
@@ -57,3 +72,29 @@ def fresh_schema(request: pytest.FixtureRequest) -> Iterator[tuple[MariaDB, str]
     yield server, name
     if server.running:
         server.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture(autouse=True)
+def _stop_relay_processes() -> Iterator[None]:
+    """Kills every ``manage.py`` process the test started and left running (tests/harness/processes.py)."""
+    yield
+    stop_all()
+
+
+@pytest.fixture
+def users() -> tuple[User, User]:
+    """An administrator and a dashboard user without admin rights (tests/helpers/dashboard_data.py)."""
+    return make_users()
+
+
+@pytest.fixture
+def filled(users: tuple[User, User]) -> Filled:
+    """The dashboard's store: hostile names, three clients, a day of traffic (tests/helpers/dashboard_data.py)."""
+    return fill_store()
+
+
+@pytest.fixture
+def viewer(client: HttpClient, users: tuple[User, User]) -> HttpClient:
+    """The test client logged in as the dashboard user without admin rights."""
+    assert client.login(username="viewer", password=PASSWORD)
+    return client

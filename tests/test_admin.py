@@ -7,9 +7,8 @@ from django.apps import apps
 from django.contrib import admin
 from django.test import Client as HttpClient
 from django.urls import reverse
+from django.utils import timezone
 
-from relay import store
-from relay.admin import reset_statistics
 from relay.models import (
     Change,
     Client,
@@ -21,7 +20,10 @@ from relay.models import (
     TableUsage,
     UsageMinute,
 )
-from tests.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE, fill_store, make_users
+from relay.store.statistics import reset_statistics
+from relay.worker.samples import Sampler
+from tests.helpers.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE
+from tests.helpers.queues import queue_size
 
 pytestmark = pytest.mark.django_db
 
@@ -41,17 +43,14 @@ READ_ONLY = [
     "schematable",
     "schemacolumn",
     "relayprocess",
+    "queuesample",
+    "lagsample",
 ]
 
 
 @pytest.fixture
-def filled():
-    make_users()
-    return fill_store()
-
-
-@pytest.fixture
 def staff(client: HttpClient, filled) -> HttpClient:
+    Sampler("main").write(timezone.now(), lag=0.6172525882720947)  # the history samples the worker writes
     assert client.login(username="admin", password=PASSWORD)
     return client
 
@@ -111,12 +110,12 @@ def test_relay_owned_rows_are_read_only(staff: HttpClient, name: str) -> None:
 
 def test_purge_queue_action(staff: HttpClient, filled) -> None:
     client_id = filled.client_ids[UNICODE]
-    assert store.queue_size(client_id) == 150
+    assert queue_size(client_id) == 150
     html = action(staff, "client", "purge_queues", [client_id])
     assert "150 entries dropped" in html
-    assert store.queue_size(client_id) == 0
+    assert queue_size(client_id) == 0
     assert not QueueEntry.objects.filter(client_id=client_id).exists()
-    assert store.queue_size(filled.client_ids[QUOTED]) == 10  # the others keep theirs
+    assert queue_size(filled.client_ids[QUOTED]) == 10  # the others keep theirs
 
 
 def test_delete_with_queue_action(staff: HttpClient, filled) -> None:
@@ -210,7 +209,7 @@ def test_staff_without_permissions_see_no_actions(client: HttpClient, filled) ->
     client.login(username="watcher", password=PASSWORD)
     assert client.get(reverse("admin:relay_client_changelist")).status_code == 200
     html = action(client, "client", "purge_queues", [filled.client_ids[UNICODE]])
-    assert store.queue_size(filled.client_ids[UNICODE]) == 150  # refused: no change permission
+    assert queue_size(filled.client_ids[UNICODE]) == 150  # refused: no change permission
     assert "No action selected" in html or "purge_queues" not in html
     action(client, "eventcount", "reset_all_statistics", [EventCount.objects.first().pk])
     assert EventCount.objects.exclude(count=0).exists()
@@ -231,3 +230,14 @@ def test_change_page_shows_the_decoded_columns(staff: HttpClient, filled) -> Non
     assert update is not None
     html = staff.get(reverse("admin:relay_change_change", args=[update.pk])).content.decode()
     assert "<td>photo</td><td>0x00ff62696e</td><td>0x00ff62696e</td>" in html
+
+
+def test_times_are_dates_and_lag_is_rounded(staff: HttpClient) -> None:
+    changes = staff.get(reverse("admin:relay_change_changelist")).content.decode()
+    newest = Change.objects.order_by("-id").first()
+    assert newest is not None and f">{newest.timestamp}<" not in changes  # no raw epoch seconds
+    assert "event time (utc)" in changes.lower()
+    assert "0.6172525882720947" not in staff.get(reverse("admin:relay_lagsample_changelist")).content.decode()
+    assert ">0.6<" in staff.get(reverse("admin:relay_lagsample_changelist")).content.decode()
+    worker = staff.get(reverse("admin:relay_workerstatus_changelist")).content.decode()
+    assert "lag (s)" in worker.lower()

@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.test import Client as HttpClient
+from django.utils import timezone
 
-from relay.models import Client, TableUsage
+from relay.models import Client, TableUsage, WorkerStatus
 from relay.web import tableusage
-from tests.dashboard_data import HOSTILE, PASSWORD, QUOTED, UNICODE, fill_store, make_users
+from tests.helpers.dashboard_data import HOSTILE, QUOTED, UNICODE
 
 pytestmark = pytest.mark.django_db
 
 ENDPOINTS = ["/api/overview", "/api/clients", "/api/clients/1", "/api/usage", "/api/schema"]
-
-
-@pytest.fixture
-def users():
-    return make_users()
-
-
-@pytest.fixture
-def filled(users):
-    return fill_store()
-
-
-@pytest.fixture
-def viewer(client: HttpClient, users) -> HttpClient:
-    assert client.login(username="viewer", password=PASSWORD)
-    return client
 
 
 def get(client: HttpClient, url: str) -> dict:
@@ -53,6 +39,7 @@ def test_only_get(viewer: HttpClient, filled, url: str) -> None:
 
 
 def test_overview(viewer: HttpClient, filled) -> None:
+    WorkerStatus.objects.update(caught_up=timezone.now() - timedelta(seconds=90))
     data = get(viewer, "/api/overview")
     assert data["protocol_version"] == "00010020"
     assert data["clients"] == 3 and data["connected_clients"] == 2
@@ -67,7 +54,15 @@ def test_overview(viewer: HttpClient, filled) -> None:
     (source,) = data["sources"]
     assert source["source"] == "main"
     assert source["worker"]["state"] == "connected" and source["worker"]["up"] is True
-    assert source["worker"]["lag_seconds"] == 1.5 and source["worker"]["reconnects"] == 2
+    # The lag is computed when read (now minus the last time the worker had all the source had); the number the
+    # worker wrote is kept under its own name.
+    assert 90 <= source["worker"]["lag_seconds"] < 120 and source["worker"]["lag_at_last_report_seconds"] == 1.5
+    assert source["worker"]["reconnects"] == 2
+    # The same verdict as /healthz: over the default 60 s lag threshold.
+    assert data["health"]["healthy"] is False
+    assert [reason["code"] for reason in data["health"]["reasons"] if reason["level"] == "red"] == [
+        "lag_over_threshold"
+    ]
     assert source["worker"]["last_error"] == f"lost connection: {HOSTILE}"
     assert source["checkpoint"]["file"] == "binlog.000042" and source["checkpoint"]["gtid"] == "0-1-120"
     names = {event["name"]: event["count"] for event in source["events"]}
@@ -82,6 +77,10 @@ def test_clients(viewer: HttpClient, filled) -> None:
     assert set(by_name) == {HOSTILE, QUOTED, UNICODE}
     hostile = by_name[HOSTILE]
     assert hostile["status"] == "CONNECTED" and hostile["served"] == 12 and len(hostile["history"]) == 10
+    from relay.models import Filter
+
+    dropping = Filter.objects.get(client__name=HOSTILE, schema_name=HOSTILE)  # limit 50, unqueue oldest
+    assert dropping.discarded > 0 and dropping.last_discard is not None
     assert hostile["filters"][1] == {
         "schema": HOSTILE,
         "table": "*",
@@ -90,7 +89,10 @@ def test_clients(viewer: HttpClient, filled) -> None:
         "queue_limit": 50,
         "discard_policy": 1,
         "discard_policy_name": "unqueue oldest",
+        "discarded": dropping.discarded,
+        "last_discard": dropping.last_discard.isoformat(),
     }
+    assert hostile["filters"][0]["discarded"] == 0 and hostile["filters"][0]["last_discard"] is None
     assert by_name[QUOTED]["status"] == "DISCONNECTED" and by_name[QUOTED]["inactive_seconds"] >= 3600
     assert by_name[UNICODE]["pending_acks"] == 5 and by_name[UNICODE]["queue"] == 150
 
@@ -185,3 +187,24 @@ def test_empty_store(viewer: HttpClient) -> None:
     assert get(viewer, "/api/usage")["tables"] == []
     assert get(viewer, "/api/schema")["tables"] == []
     assert Client.objects.count() == 0
+
+
+def test_column_values_come_from_the_data_and_say_when_cut() -> None:
+    from relay.store import rowcodec
+    from relay.web import api, dashboard
+
+    long_text = "x" * (api.API_MAX_TEXT + 5)
+    column = dashboard.HeadColumn(
+        "c",
+        dashboard.shown_value(long_text),
+        dashboard.shown_value(b"\x00\xff"),
+        raw_before=long_text,
+        raw_after=b"\x00\xff",
+    )
+    data = api.column_data(column)
+    assert data["before"] == "x" * api.API_MAX_TEXT and data["truncated"] == ["before"]
+    assert data["after"] == "0x00ff" and data["binary"] == ["after"]
+    # The page cuts at 300 characters for display; the API does not follow the page.
+    assert len(dashboard.shown_value(long_text).text) < 400 < len(data["before"])
+    whole = api.column_data(dashboard.HeadColumn("n", column.before, column.after, None, rowcodec.MISSING))
+    assert whole == {"name": "n", "before": None}  # NULL is null; a side not in the row image is left out

@@ -34,7 +34,7 @@ from binlog.constants import (
     WRITE_ROWS_EVENT_V2,
     XID_EVENT,
 )
-from binlog.errors import ConnectionLostError
+from binlog.errors import AccessDeniedError, ConnectionLostError
 from binlog.gtid import MysqlGtidSet
 from tests.test_binlog_events import CAPTURED, FixedSchema, fde_body, make_event, query_body
 
@@ -261,6 +261,8 @@ def test_file_position_dump_and_wrong_password(scripted: ScriptedMySQL) -> None:
     dump = scripted.commands[-1]
     assert dump[0] == COM_BINLOG_DUMP and dump.endswith(b"mysql-bin.000003")
     conn = ReplicationConnection(settings(scripted, password="wrong"))
-    with pytest.raises(ConnectionLostError, match="Access denied"):
+    # A refused login is not retried (not a ConnectionLostError): the worker stops with one line instead.
+    with pytest.raises(AccessDeniedError, match="Access denied") as refused:
         conn.connect()
+    assert not isinstance(refused.value, ConnectionLostError) and refused.value.code == 1045
     assert scripted.auth_ok[-1] is False

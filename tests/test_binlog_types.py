@@ -28,16 +28,7 @@ from tests.harness.mariadb import MariaDB
 def text_connection(server: MariaDB, database: str | None = None) -> pymysql.Connection:
     """A connection that returns every value as the server's text (no Python conversion): str, or bytes when the
     column is binary (numbers and dates come back as bytes too and are decoded by ``select_text``)."""
-    return pymysql.connect(
-        host=server.host,
-        port=server.port,
-        user="root",
-        password="",
-        database=database,
-        autocommit=True,
-        charset="utf8mb4",
-        conv=dict(encoders),
-    )
+    return server.connect(database, conv=dict(encoders))
 
 
 def select_text(server: MariaDB, sql: str, binary_columns: set[str] = frozenset(), database: str | None = None):

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard_data import PASSWORD, UNICODE, fill_store, make_users
+from tests.helpers.dashboard_data import PASSWORD, UNICODE, Filled
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -262,19 +262,13 @@ PAGES = [
 ]
 
 
-def test_dashboard_in_chromium(live_server, browser: Chromium, screenshots: Path) -> None:
-    make_users()
-    filled = fill_store()
+def test_dashboard_in_chromium(live_server, browser: Chromium, screenshots: Path, filled: Filled) -> None:
     base = live_server.url
 
     browser.goto(base + "/")
     assert browser.evaluate("location.pathname") == "/accounts/login/"  # anonymous: the login page
     browser.screenshot(screenshots / "login.png")
-    browser.submit_and_wait(
-        f"""document.querySelector('#id_username').value = 'admin';
-        document.querySelector('#id_password').value = {json.dumps(PASSWORD)};
-        document.querySelector('form[action="/accounts/login/"]').submit();"""
-    )
+    _log_in(browser)
     assert browser.evaluate("location.pathname") == "/"
 
     for path, name, expected in PAGES:
@@ -327,14 +321,16 @@ def test_dashboard_in_chromium(live_server, browser: Chromium, screenshots: Path
     assert len(list(screenshots.glob("*.png"))) >= len(PAGES) + 3
 
 
-def test_dashboard_with_a_real_worker_run(live_server, browser: Chromium, screenshots: Path, fresh_schema) -> None:
+def test_dashboard_with_a_real_worker_run(
+    live_server, browser: Chromium, screenshots: Path, fresh_schema, users
+) -> None:
     """The pages over what a real worker stored from a real source, not over fabricated rows."""
+    from devtools.wait import wait_for
     from relay import store
     from relay.models import Checkpoint
-    from tests.harness.processes import RelayProcess, relay_env, stop_all, wait_for
+    from tests.harness.processes import RelayProcess, relay_env, stop_all
 
     server, schema = fresh_schema
-    make_users()
     server.execute(
         f"CREATE TABLE `{schema}`.orders (id INT PRIMARY KEY, total DECIMAL(8,2), placed DATETIME(3), note TEXT)"
     )
@@ -360,11 +356,7 @@ def test_dashboard_with_a_real_worker_run(live_server, browser: Chromium, screen
 
     base = live_server.url
     browser.goto(base + "/")
-    browser.submit_and_wait(
-        f"""document.querySelector('#id_username').value = 'admin';
-        document.querySelector('#id_password').value = {json.dumps(PASSWORD)};
-        document.querySelector('form[action="/accounts/login/"]').submit();"""
-    )
+    _log_in(browser)
     checks = [
         ("/", "real-overview", {"svg.line-chart": 2}, ["CONNECTED", "STOPPED"], start[0]),
         ("/clients/", "real-clients", {}, ["browser-client"], f"{schema}.*"),
@@ -382,4 +374,111 @@ def test_dashboard_with_a_real_worker_run(live_server, browser: Chromium, screen
             assert len(charts) >= minimum and all(chart["drawn"] > 0 for chart in charts), f"{name}: {selector}"
         browser.screenshot(screenshots / f"{name}.png")
     errors = browser.errors()
+    assert not errors, "\n".join(errors)
+
+
+# Every table that does not fit its box, and anything wider than the window. At 1440 px every table must fit (its
+# columns all visible without scrolling); at 390 px a table may scroll, but only inside a .scroll box of its own.
+LAYOUT_CHECK = """
+(() => {
+  const wide = %s;
+  const width = document.documentElement.clientWidth;
+  const problems = [];
+  if (document.documentElement.scrollWidth > width + 1) {
+    problems.push('page is ' + document.documentElement.scrollWidth + ' px wide in ' + width);
+  }
+  for (const table of document.querySelectorAll('main table')) {
+    const box = table.closest('.scroll');
+    const name = table.id || table.className || table.rows[0].innerText.slice(0, 40);
+    if (!box) {
+      if (table.getBoundingClientRect().right > width + 1) problems.push(name + ' sticks out and cannot scroll');
+    } else if (wide && table.scrollWidth > box.clientWidth + 1) {
+      problems.push(name + ' is ' + table.scrollWidth + ' px in a ' + box.clientWidth + ' px box');
+    } else if (box.getBoundingClientRect().right > width + 1) {
+      problems.push(name + "'s box sticks out");
+    }
+  }
+  return problems;
+})()
+"""
+
+LAYOUT_PAGES = [
+    ("/", "overview"),
+    ("/clients/", "clients"),
+    ("/clients/{client}/", "client"),
+    ("/usage/", "usage"),
+    ("/schema/", "schema"),
+    ("/no-such-page/", "not-found"),
+]
+
+
+def _log_in(browser: Chromium) -> None:
+    """Submits the login page that the browser shows, as the fixture's admin."""
+    browser.submit_and_wait(
+        f"""document.querySelector('#id_username').value = 'admin';
+        document.querySelector('#id_password').value = {json.dumps(PASSWORD)};
+        document.querySelector('form[action="/accounts/login/"]').submit();"""
+    )
+
+
+def _set_width(browser: Chromium, width: int) -> None:
+    browser.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 700},
+    )
+
+
+def _healthy_now(filled: Filled) -> None:
+    """The fixture's worker and relay process reporting right now (the page reads them as the test runs)."""
+    from django.utils import timezone
+
+    from relay.models import RelayProcess, WorkerStatus
+
+    now = timezone.now()
+    WorkerStatus.objects.update(heartbeat=now, caught_up=now, heartbeat_seconds=5.0)
+    RelayProcess.objects.filter(pid=4343).update(heartbeat=now, expires=now + timezone.timedelta(hours=1))
+
+
+def test_every_page_fits_and_the_banner_shows(
+    live_server, browser: Chromium, screenshots: Path, filled: Filled
+) -> None:
+    from django.utils import timezone
+
+    from relay.models import WorkerStatus
+
+    base = live_server.url
+    browser.goto(base + "/")
+    _log_in(browser)
+    for state in ("healthy", "stalled"):
+        _healthy_now(filled)
+        if state == "stalled":  # the worker stopped reporting two minutes ago, its stored state still "connected"
+            WorkerStatus.objects.update(
+                started=timezone.now() - timezone.timedelta(hours=1),
+                heartbeat=timezone.now() - timezone.timedelta(minutes=2),
+            )
+        for width in (1440, 390):
+            for path, name in LAYOUT_PAGES:
+                _set_width(browser, width)
+                browser.goto(base + path.format(client=filled.client_ids[UNICODE]))
+                problems = browser.evaluate(LAYOUT_CHECK % ("true" if width >= 1000 else "false"))
+                browser.screenshot(screenshots / f"{state}-{name}-{width}.png", width=width)
+                assert not problems, f"{state} {name} at {width} px: {problems}"
+                if name == "not-found":
+                    assert "Not found" in browser.evaluate("document.body.innerText")
+                    assert browser.evaluate("document.querySelectorAll('header nav a').length") >= 4
+                if name != "overview":
+                    continue
+                level = browser.evaluate("document.getElementById('health').className")
+                text = browser.evaluate("document.getElementById('health').innerText")
+                if state == "stalled":
+                    assert "banner-red" in level and "Unhealthy" in text and "last reported" in text, text
+                else:
+                    # The fixture's queues hold day-old entries and a disconnected client: degraded, not down.
+                    assert "banner-amber" in level and "Degraded" in text, text
+                visible = browser.evaluate(
+                    "(() => { const r = document.getElementById('health').getBoundingClientRect();"
+                    " return r.width > 200 && r.top < 200; })()"
+                )
+                assert visible, f"the banner is not at the top of the page at {width} px"
+    errors = [error for error in browser.errors() if "/no-such-page/" not in error]
     assert not errors, "\n".join(errors)

@@ -4,21 +4,10 @@ import pytest
 
 from relay.models import Change
 from relay.worker import bulk
+from relay.worker.ingest import CHANGE_COLUMNS as COLUMNS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-COLUMNS = (
-    "id",
-    "schema_name",
-    "table_name",
-    "kind",
-    "binlog_file",
-    "binlog_pos",
-    "row_index",
-    "timestamp",
-    "gtid",
-    "data",
-)
 AWKWARD = 'tab\there, new\nline, cr\r, back\\slash \\N, quote " and ü'
 
 

@@ -174,3 +174,55 @@ def test_bad_config_stops_manage_py_with_one_line(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode != 0
     assert result.stderr.strip() == "configuration error: [Server] ServerPort: 'x' is not a whole number"
+
+
+def test_replica_server_ids_of_the_binlog_tools_are_refused(tmp_path: Path) -> None:
+    from binlog.cli import TOOL_SERVER_IDS, tool_server_id
+
+    assert DEFAULT_REPLICA_SERVER_ID not in TOOL_SERVER_IDS
+    assert tool_server_id() in TOOL_SERVER_IDS
+    assert tool_server_id(1) != tool_server_id(2)
+    with pytest.raises(ConfigError, match=r"\[Server\] ReplicaServerID: .* `python -m binlog tail\|check` use"):
+        load_config(write(tmp_path, f"[Server]\nReplicaServerID={tool_server_id()}\n"), environ={})
+
+
+def test_allowed_hosts_and_mail_keys(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, ""), environ={})
+    assert config.allowed_hosts == ("localhost", "127.0.0.1", "[::1]")
+    assert not config.mail.enabled
+    text = "[Server]\nAllowedHosts= relay.example.com ,10.0.0.5\n[Mail]\nHost=smtp.example.com\nFrom=r@example.com\n"
+    config = load_config(write(tmp_path, text), environ={"RELAY_MAIL_PORT": "587", "RELAY_MAIL_USETLS": "yes"})
+    assert config.allowed_hosts == ("relay.example.com", "10.0.0.5")
+    assert (config.mail.host, config.mail.port, config.mail.sender, config.mail.use_tls) == (
+        "smtp.example.com",
+        587,
+        "r@example.com",
+        True,
+    )
+    with pytest.raises(ConfigError, match=r"RELAY_MAIL_USETLS: 'maybe' is not yes or no"):
+        load_config(write(tmp_path, text), environ={"RELAY_MAIL_USETLS": "maybe"})
+
+
+def test_manage_py_takes_config_off_the_command_line() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("relay_manage", REPO / "manage.py")
+    assert spec is not None and spec.loader is not None
+    manage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(manage)
+    environ: dict[str, str] = {}
+    assert manage.take_config_option(["manage.py", "migrate", "--config", "a.conf", "--noinput"], environ) == [
+        "manage.py",
+        "migrate",
+        "--noinput",
+    ]
+    assert environ == {"RELAY_CONFIG": "a.conf"}
+    assert manage.take_config_option(["manage.py", "runbinlog", "--config=b.conf"], environ) == [
+        "manage.py",
+        "runbinlog",
+    ]
+    assert environ == {"RELAY_CONFIG": "b.conf"}
+    # After "--" everything belongs to the command.
+    assert manage.take_config_option(["m", "shell", "--", "--config", "x"], environ)[-2:] == ["--config", "x"]
+    with pytest.raises(SystemExit, match="--config needs"):
+        manage.take_config_option(["manage.py", "runbinlog", "--config"], {})

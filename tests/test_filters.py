@@ -1,6 +1,6 @@
 """The filter index: exact and wildcard names, event masks, one subscription per client, earliest filter wins."""
 
-from relay.worker.filterindex import FilterIndex, FilterSpec, name_matches
+from relay.worker.filterindex import FilterIndex, FilterSpec, NamePattern, name_matches
 
 
 def spec(filter_id: int, client: int, mask: int, schema: str, table: str, limit: int = 0, policy: int = 0):
@@ -49,3 +49,29 @@ def test_one_subscription_per_client_with_the_earliest_filters_limit() -> None:
     assert (only.client_id, only.queue_limit, only.discard_policy) == (1, 10, 1)
     (update,) = index.match("shop", "orders", 2)
     assert (update.queue_limit, update.discard_policy) == (50, 2)
+
+
+def test_wildcard_matching_agrees_with_a_reference_on_every_short_pattern() -> None:
+    """Every pattern of up to 5 tokens over {a, b, *, ?} against every name of up to 5 letters over {a, b, c}."""
+    import itertools
+    import re
+
+    def reference(pattern: str, name: str) -> bool:
+        regex = "".join("." if c == "?" else ".*" if c == "*" else re.escape(c) for c in pattern)
+        return re.fullmatch(regex, name, re.DOTALL) is not None
+
+    names = ["".join(letters) for size in range(6) for letters in itertools.product("abc", repeat=size)]
+    for size in range(6):
+        for tokens in itertools.product("ab*?", repeat=size):
+            pattern = "".join(tokens)
+            for name in names:
+                assert name_matches(pattern, name) == reference(pattern, name), (pattern, name)
+
+
+def test_wildcard_matching_is_linear_where_backtracking_is_exponential() -> None:
+    # A backtracking matcher tries every way to split these names among the stars before failing (it never ends);
+    # here each character costs the same few integer operations.
+    assert NamePattern("*" * 30 + "!").matches("a" * 64) is False
+    assert NamePattern("a*" * 100 + "!").matches("a" * 255) is False
+    assert NamePattern("*a*b?c*").matches("xxaxxbyczz")
+    assert NamePattern("**").matches("") and NamePattern("*?*").matches("q") and not NamePattern("*?*").matches("")

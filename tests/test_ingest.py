@@ -6,7 +6,7 @@ from django.db import transaction
 from binlog import Position, RowChange, Transaction
 from binlog.table import ColumnInfo, TableInfo
 from relay import store
-from relay.models import Change, QueueEntry, QueueState, WorkerStatus
+from relay.models import Change, Filter, QueueEntry, QueueState, WorkerStatus
 from relay.store import rowcodec
 from relay.worker.ingest import Ingestor
 
@@ -43,12 +43,10 @@ def apply(transactions: list[Transaction]) -> None:
 
 
 def ids_in_queue(client_id: int) -> list[str]:
-    changes = Change.objects.in_bulk([change_id for _, change_id in store.entry_change_ids(client_id, 0, 1000)])
-    acked = store.queue_bounds(client_id)[0]
-    return [
-        rowcodec.decode(changes[change_id].data)[0].after
-        for seq, change_id in store.entry_change_ids(client_id, acked, 1000)
-    ]
+    """The id of every queued row, head first, read as the relay server reads a queue."""
+    bounds = store.session_bounds(client_id)
+    assert bounds is not None
+    return [rowcodec.decode(entry.data)[0].after for entry in store.read_entries(client_id, bounds.acked_seq, 1000)]
 
 
 def test_a_broad_subscription_is_one_run_per_batch() -> None:
@@ -91,3 +89,34 @@ def test_a_client_that_skips_tables_gets_several_runs() -> None:
     assert runs == [(1, 3), (4, 3)]
     assert ids_in_queue(orders_only.client_id) == ["1", "2", "3", "6", "7", "8"]
     assert ids_in_queue(everything.client_id) == [str(i) for i in range(1, 9)]
+
+
+def test_discards_are_counted_on_the_filter_whose_limit_dropped_them() -> None:
+    client = store.open_session("limited")
+    store.add_filter(client.client_id, 1, "shop", "orders", 2, 2)  # ignore newest past two
+    store.add_filter(client.client_id, 1, "shop", "*", 0, 0)  # matches too, but the earlier filter's policy applies
+    other = store.open_session("other")
+    store.add_filter(other.client_id, 1, "*", "orders", 1, 1)  # unqueue oldest past one
+    apply(batch(range(1, 6)))
+    limited, unlimited = Filter.objects.filter(client_id=client.client_id).order_by("id")
+    assert (limited.discarded, unlimited.discarded, unlimited.last_discard) == (3, 0, None)
+    assert limited.last_discard is not None
+    assert Filter.objects.get(client_id=other.client_id).discarded == 4
+    assert ids_in_queue(client.client_id) == ["1", "2"] and ids_in_queue(other.client_id) == ["5"]
+
+
+def test_the_schema_page_keeps_enum_and_set_labels() -> None:
+    from binlog.table import ColumnInfo, TableInfo
+    from relay.models import SchemaColumn
+    from relay.worker.ingest import column_type_text, record_table
+
+    columns = (
+        ColumnInfo("id", 3, "int"),
+        ColumnInfo("state", 254, "enum", enum_values=("new", "it's")),
+        ColumnInfo("tags", 254, "set", set_values=("a", "b")),
+    )
+    record_table(TableInfo("shop", "orders", columns))
+    stored = list(SchemaColumn.objects.order_by("ordinal").values_list("name", "type_name"))
+    assert stored == [("id", "int"), ("state", "enum('new','it''s')"), ("tags", "set('a','b')")]
+    long = column_type_text(ColumnInfo("e", 254, "enum", enum_values=tuple(f"label{i}" for i in range(100))))
+    assert len(long) == 255 and long.endswith("…)")

@@ -7,26 +7,22 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from django.db import connection
 
 from clientproto import Command, RelayClient, Result, decode_fetch_reply, encode_auth, encode_fetch, server_key
 from devtools.sandbox import MariaDB
+from devtools.wait import wait_for
 from relay.models import Client, WorkerStatus
-from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay, stop_all, wait_for
-from tests.harness.relay_server import RawClient, enqueue
+from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay
+from tests.harness.relay_server import RawClient
+from tests.helpers.queues import enqueue
+from tests.helpers.worker import filtered_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SECRET = TEST_SECRET
-
-
-@pytest.fixture(autouse=True)
-def _stop_processes() -> Iterator[None]:
-    yield
-    stop_all()
 
 
 def raw_auth(port: int, name: str) -> RawClient:
@@ -175,9 +171,7 @@ def test_a_standby_worker_takes_over_within_seconds(fresh_schema: tuple[MariaDB,
     server, schema = fresh_schema
     server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
     _relay, port = start_relay(server)
-    client = RelayClient("127.0.0.1", port, SECRET, "follower")
-    client.connect()
-    client.add_filter("I", schema, "t")
+    client = filtered_client(port, "follower", "I", schema, "t")
     file, pos = server.binlog_position()
     env = relay_env(server, RELAY_SERVER_STARTFROM=f"{file}:{pos}")
     workers = [RelayProcess(env, "runbinlog", "--batch-ms", "20").start() for _ in range(2)]

@@ -14,6 +14,7 @@ from clientproto import (
     BAD_CHECKSUM_REPLY,
     EMPTY_REPLY,
     MAX_PAYLOAD,
+    MAX_UNAUTHENTICATED_PAYLOAD,
     Command,
     RelayClient,
     Result,
@@ -32,8 +33,10 @@ from clientproto import (
     php_key,
     server_key,
 )
+from devtools.wait import wait_for
 from relay.models import Client, Filter, ServedEvent
-from tests.harness.relay_server import SECRET, RawClient, ServerThread, enqueue
+from tests.harness.relay_server import SECRET, RawClient, ServerThread
+from tests.helpers.queues import enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -212,15 +215,22 @@ def test_malformed_and_truncated_payloads_get_0xfa_with_a_message(relay: ServerT
 
 
 def test_payload_over_the_limit_gets_0xfa_and_a_close(relay: ServerThread) -> None:
-    client = relay.connect()
+    client = authed(relay)
     header = struct.pack("<HHIIIIIII", Command.AUTH, 0, MAX_PAYLOAD + 1, 0, 0, 0, 0, 0, 0)
     client.send(header)
     result = client.reply()
     assert result[0] == Result.MALFORMED and b"over the limit of 1048576" in result
     assert client.closed_by_peer()
-    # Exactly the limit is read (and here refused as a bad AUTH, on a connection that stays open).
+    # Before AUTH the limit is a few KiB (test_server_limits.py).
     client = relay.connect()
-    assert client.request(Command.AUTH, bytes(MAX_PAYLOAD))[0] == Result.MALFORMED
+    client.send(struct.pack("<HHIIIIIII", Command.AUTH, 0, MAX_UNAUTHENTICATED_PAYLOAD + 1, 0, 0, 0, 0, 0, 0))
+    result = client.reply()
+    assert result[0] == Result.MALFORMED and b"before AUTH the limit is 4096" in result
+    assert client.closed_by_peer()
+    # After AUTH, exactly the limit is read (and here refused as a bad AUTH, on a connection that stays open).
+    client = authed(relay)
+    assert client.request(Command.AUTH, bytes(MAX_PAYLOAD), client_id=0, token=0)[0] == Result.MALFORMED
+    assert client.request(Command.POLL)[0] == Result.EMPTY
 
 
 def test_clients_that_disconnect_mid_request_cost_nothing(relay: ServerThread) -> None:
@@ -303,12 +313,11 @@ def test_random_garbage_never_disturbs_a_well_behaved_client(relay: ServerThread
 def test_connection_limit_and_idle_timeout() -> None:
     relay = ServerThread(max_connections=2, idle_timeout=0.3).start()
     try:
-        first, second = relay.connect(), relay.connect()
-        for client in (first, second):
-            client.send(PING_REQUEST)
-            assert client.reply() == PING_REPLY
+        # Authenticated connections are never closed to make room (unauthenticated ones are: test_server_limits.py).
+        first, second = authed(relay, "first"), authed(relay, "second")
         third = relay.connect()
         assert third.closed_by_peer()
+        assert second.request(Command.PING) == (Result.OK, b"PONG\x00")
         assert first.closed_by_peer(timeout=3)  # idle for longer than 0.3 s
     finally:
         relay.stop()
@@ -337,7 +346,7 @@ def test_poll_delivers_one_event_per_reply_and_removes_exactly_it(relay: ServerT
         sizes.append(event.queue_size)
         # Exactly one removed per reply (written right behind the reply).
         count = len(events)
-        wait_until(lambda count=count: Client.objects.get(id=client.client_id).acked_seq == count)
+        wait_for(lambda count=count: Client.objects.get(id=client.client_id).acked_seq == count)
     assert sizes == [3, 2, 1, 0]
     assert client.request(Command.POLL) == (Result.EMPTY, b"")
     first = events[0]
@@ -361,8 +370,8 @@ def test_poll_delivers_one_event_per_reply_and_removes_exactly_it(relay: ServerT
         "05000000 6369747900 01000000 00 07000000 4c69c3a8676500".replace(" ", "")
     )
     assert client.reply() == expected
-    wait_until(lambda: Client.objects.get(id=client.client_id).served == 5)
-    wait_until(lambda: ServedEvent.objects.filter(client_id=client.client_id).count() == 5)
+    wait_for(lambda: Client.objects.get(id=client.client_id).served == 5)
+    wait_for(lambda: ServedEvent.objects.filter(client_id=client.client_id).count() == 5)
 
 
 def test_pollv2_carries_the_instance_id_and_zero_name_ids(relay: ServerThread) -> None:
@@ -382,7 +391,7 @@ def test_the_worker_unqueueing_under_a_poll_session_is_noticed(relay: ServerThre
     client = authed(relay)
     enqueue(client.client_id, [{"id": str(i)} for i in range(10)])
     assert decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after == b"0"  # read-ahead now holds 2..10
-    wait_until(lambda: Client.objects.get(id=client.client_id).acked_seq == 1)
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 1)
     Client.objects.filter(id=client.client_id).update(acked_seq=5)  # the unqueue-oldest policy dropped 2..5
     # At most the POLL already under way serves from the read-ahead; its write learns the new head.
     second = decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after
@@ -514,13 +523,6 @@ def test_shutdown_answers_in_flight_long_polls_and_marks_sessions_disconnected()
     assert not Client.objects.get(id=client.client_id).connected
 
 
-def wait_until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_requests_never_wait_out_the_write_behind_delay(relay: ServerThread, monkeypatch: pytest.MonkeyPatch) -> None:
     # A request writes what is pending itself: it does not wait for the sleeping write-behind task.
     from relay.server import queues
@@ -535,7 +537,7 @@ def test_requests_never_wait_out_the_write_behind_delay(relay: ServerThread, mon
     assert fetch(client) is None
     # Everything but (at most) the last reply's deliveries is in the store already; the rest follows.
     assert Client.objects.get(id=client.client_id).acked_seq >= 8
-    wait_until(lambda: Client.objects.get(id=client.client_id).acked_seq == 10)
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 10)
 
 
 def _stored_variants() -> list:
@@ -574,25 +576,26 @@ def test_cached_fetch_frames_are_byte_identical_to_the_reference_encoder() -> No
     from clientproto import fetch_reply
     from relay.server import render
     from relay.store import rowcodec
+    from tests.helpers.records import reference_record, reference_records
 
     entries = _stored_variants()
     cache = render.RenderCache(size=8)  # small: evictions happen along the way
     for _ in range(3):  # cold, then warm (and evicted) caches give the same bytes
         for budget in (1, 300, 1 << 30):
-            records = render.fetch_records(entries, budget)
+            records = reference_records(entries, budget)
             frame, count = render.fetch_frame(cache, entries, budget, entries[-1].seq + 5)
             assert count == len(records)
             assert frame == fetch_reply(entries[-1].seq + 5 - entries[count - 1].seq, records)
     for entry in entries:
-        assert render.fetch_tail(entry) == render.fetch_record(entry)[12:]
+        assert render.fetch_tail(entry) == reference_record(entry)[12:]
     # The same change queued for another client (another seq) shares the cached tail, with its own seq.
     other = [entry._replace(seq=entry.seq + 1000) for entry in entries]
     frame, count = render.fetch_frame(cache, other, 1 << 30, other[-1].seq)
-    assert frame == fetch_reply(0, render.fetch_records(other, 1 << 30)) and count == len(other)
+    assert frame == fetch_reply(0, reference_records(other, 1 << 30)) and count == len(other)
     # A change with the same position but other content is never served from the cache.
     changed = entries[0]._replace(data=rowcodec.encode(["id", "name"], None, ["1", "ACNE"]))
     assert render.fetch_frame(cache, [changed], 1 << 30, changed.seq)[0] == fetch_reply(
-        0, render.fetch_records([changed], 1 << 30)
+        0, reference_records([changed], 1 << 30)
     )
     assert render.RenderCache(size=0).tail(entries[0]) == render.RenderCache().tail(entries[0])
     assert len(cache) <= 8
@@ -638,7 +641,7 @@ def test_fetch_read_ahead_is_not_served_to_a_replaced_session(relay: ServerThrea
     assert [e.seq for e in fetch(client, 10).events] == list(range(1, 11))
     # The read-ahead of 11..20 writes the delivery of 1..10 first (a newer AUTH before that write would get
     # 1..10 again: write-behind is at-least-once).
-    wait_until(lambda: Client.objects.get(id=client.client_id).acked_seq == 10)
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 10)
     newer = authed(relay)  # closes the older connection; its read-ahead of 11..20 is never served
     assert client.closed_by_peer()
     assert [e.seq for e in fetch(newer, 100).events] == list(range(11, 31))

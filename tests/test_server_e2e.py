@@ -6,24 +6,18 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from clientproto import RelayClient
 from devtools.sandbox import MariaDB
 from relay.models import Client
-from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay, stop_all
+from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay
+from tests.helpers.worker import fetch_events, filtered_client, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SECRET = TEST_SECRET
-
-
-@pytest.fixture(autouse=True)
-def _stop_processes() -> Iterator[None]:
-    yield
-    stop_all()
 
 
 def test_runrelay_refuses_an_empty_secret() -> None:
@@ -59,18 +53,14 @@ def test_rows_from_the_source_come_out_of_poll_pollv2_and_fetch(fresh_schema: tu
         client.connect()
         client.add_filter("IUD", schema, "orders")
     file, pos = server.binlog_position()
-    worker = RelayProcess(relay_env(server), "runbinlog", "--batch-ms", "10", "--from", f"{file}:{pos}").start()
+    worker = start_worker(server, (file, pos), batch_ms=10)
     server.execute(
         f"INSERT INTO `{schema}`.orders VALUES (4000000000, 12.50, NULL, '2024-02-29 13:14:15.123', -1)",
         f"INSERT INTO `{schema}`.orders VALUES (2, -0.5, 'NULL', NULL, 7)",
         f"UPDATE `{schema}`.orders SET note = 'Liège' WHERE id = 2",
         f"DELETE FROM `{schema}`.orders WHERE id = 4000000000",
     )
-    fetched = []
-    deadline = time.monotonic() + 60
-    while len(fetched) < 4 and time.monotonic() < deadline:
-        assert worker.alive(), worker.output[-3000:]
-        fetched += clients["modern"].fetch(10, wait_ms=1000)
+    fetched = fetch_events(clients["modern"], worker, 4, 60)
     assert [(e.seq, e.type) for e in fetched] == [(1, 1), (2, 1), (3, 2), (4, 4)]
     first = fetched[0]
     assert first.after() == {
@@ -108,11 +98,8 @@ def test_long_poll_fetch_returns_within_50_ms_of_the_source_commit(fresh_schema:
     server, schema = fresh_schema
     server.execute(f"CREATE TABLE `{schema}`.ticks (id INT PRIMARY KEY)")
     _relay, port = start_relay(server)
-    client = RelayClient("127.0.0.1", port, SECRET, "ticker")
-    client.connect()
-    client.add_filter("I", schema, "ticks")
-    file, pos = server.binlog_position()
-    worker = RelayProcess(relay_env(server), "runbinlog", "--batch-ms", "10", "--from", f"{file}:{pos}").start()
+    client = filtered_client(port, "ticker", "I", schema, "ticks")
+    worker = start_worker(server, server.binlog_position(), batch_ms=10)
     server.execute(f"INSERT INTO `{schema}`.ticks VALUES (0)")
     assert client.fetch(10, wait_ms=30_000)  # the worker is up and streaming
     delays = []

@@ -7,33 +7,18 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 from django.test import Client as HttpClient
 from django.utils import timezone
 
 from relay import store
 from relay.models import Client, ServedEvent, TableUsage, UsageMinute, WorkerStatus
 from relay.web import charts, dashboard, tableusage
-from tests.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE, fill_store, make_users
+from tests.helpers.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE
 
 pytestmark = pytest.mark.django_db
 
 PAGES = ["/", "/clients/", "/usage/", "/schema/"]
-
-
-@pytest.fixture
-def users():
-    return make_users()
-
-
-@pytest.fixture
-def filled(users):
-    return fill_store()
-
-
-@pytest.fixture
-def viewer(client: HttpClient, users) -> HttpClient:
-    assert client.login(username="viewer", password=PASSWORD)
-    return client
 
 
 def page(client: HttpClient, url: str) -> str:
@@ -73,9 +58,28 @@ def test_logout_is_a_post(viewer: HttpClient, filled) -> None:
     assert viewer.get("/").status_code == 302
 
 
-def test_healthz_is_open(client: HttpClient) -> None:
-    response = client.get("/healthz")
-    assert response.status_code == 200 and response.json() == {"status": "ok"}
+def test_healthz_is_open_and_gives_its_reasons(client: HttpClient) -> None:
+    response = client.get("/healthz")  # no login; an empty store has neither a worker nor a relay process
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unhealthy" and body["healthy"] is False
+    assert {reason["code"] for reason in body["reasons"]} == {"worker_not_connected", "no_relay_process"}
+
+
+def test_unhealthy_probes_are_not_logged_as_errors(client: HttpClient, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from relay.web.logfilters import HealthProbeFilter
+
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        assert client.get("/healthz").status_code == 503
+        assert client.get("/no-such-page").status_code in (302, 404)
+    probe = next(record for record in caplog.records if getattr(record, "status_code", None) == 503)
+    assert not HealthProbeFilter().filter(probe)
+    assert all(HealthProbeFilter().filter(r) for r in caplog.records if r is not probe)
+    # The console handler of the settings' LOGGING carries the filter.
+    consoles = [h for h in logging.getLogger().handlers if any(isinstance(f, HealthProbeFilter) for f in h.filters)]
+    assert consoles
 
 
 def test_static_files_are_served(client: HttpClient) -> None:
@@ -86,6 +90,7 @@ def test_static_files_are_served(client: HttpClient) -> None:
 
 
 def test_overview(viewer: HttpClient, filled) -> None:
+    WorkerStatus.objects.update(caught_up=timezone.now() - timedelta(seconds=90))
     html = page(viewer, "/")
     assert "00010020" in html  # the protocol version, as the original showed it
     for name in ("QUERY_EVENT", "ROTATE_EVENT", "FORMAT_DESCRIPTION_EVENT", "XID_EVENT", "TABLE_MAP_EVENT"):
@@ -94,8 +99,8 @@ def test_overview(viewer: HttpClient, filled) -> None:
         assert name in html  # always listed, even at zero
     assert "WRITE_ROWS_EVENT_V2" in html and "GTID_EVENT" in html and "ANNOTATE_ROWS_EVENT" in html
     assert "binlog.000042" in html and "0-1-120" in html  # checkpoint file and GTID
-    assert "CONNECTED" in html and "1.5 s" in html and "relay-1" in html
-    assert html.count('class="chart line-chart"') == 2
+    assert "CONNECTED" in html and "1 min 3" in html and "relay-1" in html  # the lag, computed when read
+    assert html.count('class="chart line-chart"') == 4  # rows per minute and the lag, each over 1 h and 24 h
     assert "lost connection: " + HOSTILE_ESCAPED in html  # the last error, escaped
     assert_escaped(html)
 
@@ -162,6 +167,17 @@ def test_client_detail_decodes_the_queue_head(viewer: HttpClient, filled) -> Non
     assert UNICODE in html
     # Insert rows show no "before" column, deletes no "after".
     assert html.count("<th>Before</th>") < html.count("<th>Column</th>")
+
+
+def test_client_detail_shows_discards_per_filter_with_the_last_one(viewer: HttpClient, filled) -> None:
+    from relay.models import Filter
+
+    spec = Filter.objects.get(client_id=filled.client_ids[QUOTED])  # limit 10, ignore newest: it dropped entries
+    assert spec.discarded > 0 and spec.last_discard is not None
+    html = page(viewer, f"/clients/{filled.client_ids[QUOTED]}/")
+    assert f'<td class="num">{spec.discarded:,}</td>' in html
+    assert f"{spec.last_discard:%Y-%m-%d %H:%M:%S} UTC" in html
+    assert "never" in page(viewer, f"/clients/{filled.client_ids[UNICODE]}/")  # its filter never dropped anything
 
 
 def test_client_detail_head_zero_and_empty_queue(viewer: HttpClient, filled) -> None:
@@ -325,3 +341,82 @@ def test_chart_geometry() -> None:
     bars = charts.stacked_bars([("a", (1, 1, 2)), ("b", (0, 0, 0))], width=400, label_width=100)
     assert [len(bar.segments) for bar in bars.bars] == [3, 0]
     assert bars.bars[0].end == pytest.approx(100 + 240)
+
+
+def test_chart_peak_is_exact_and_axes_have_ticks() -> None:
+    chart = charts.line_chart([0, 4545, 12], x_ticks=charts.time_ticks(0, 24 * 3600, dates=True))
+    assert chart.peak == "4,545" and chart.maximum == "5k"  # the axis top is rounded, the peak it reports is not
+    assert [tick.label for tick in chart.y_ticks] == ["5,000", "2,500", "0"]
+    assert [tick.label for tick in chart.x_ticks] == [
+        "01-01 00:00",
+        "01-01 06:00",
+        "01-01 12:00",
+        "01-01 18:00",
+        "01-02 00:00",
+    ]  # a 24 h axis says which day
+    assert charts.time_ticks(0, 3600, 2) == [(0.0, "00:00"), (1.0, "01:00")]
+
+
+def test_samples_give_discards_last_hour_and_queue_history(viewer: HttpClient, filled) -> None:
+    from relay.models import QueueSample, QueueState
+    from relay.worker.samples import Sampler
+
+    client_id = filled.client_ids[UNICODE]
+    now = timezone.now()
+    Sampler("main").write(now - timedelta(minutes=62), lag=2.0)
+    QueueState.objects.filter(client_id=client_id).update(discarded=F("discarded") + 1234)
+    Sampler("main").write(now - timedelta(minutes=1), lag=3.0)
+    assert QueueSample.objects.filter(client_id=client_id).count() == 2
+    (row,) = dashboard.client_rows(client_id=client_id)
+    assert row.discards_last_hour == 1234
+    assert dashboard.backlog(dashboard.client_rows()).discards_last_hour == 1234
+    history = dashboard.queue_history(client_id, now, 3600, 60)
+    assert len(history.values) == 60 and max(history.values) == row.queue and history.missing == 59
+    assert max(dashboard.lag_history("main", now, 3600, 60).values) == 3.0
+    html = page(viewer, "/")
+    assert "1,234" in html and f'href="/clients/{client_id}/"' in html
+    assert "Queue size, last hour" in page(viewer, f"/clients/{client_id}/")
+
+
+def test_not_found_and_server_error_pages_are_styled(viewer: HttpClient) -> None:
+    from django.test import RequestFactory
+    from django.views.defaults import server_error
+
+    response = viewer.get("/no-such-page/")
+    html = response.content.decode()
+    assert response.status_code == 404
+    assert "relay/relay.css" in html and "Not found" in html and 'href="/clients/"' in html  # styled, with navigation
+    error = server_error(RequestFactory().get("/"))
+    html = error.content.decode()
+    assert error.status_code == 500 and "relay/relay.css" in html and 'href="/usage/"' in html
+
+
+def _luminance(colour: str) -> float:
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def test_text_colours_reach_wcag_aa_contrast() -> None:
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parent.parent / "relay/static/relay/relay.css").read_text()
+    for scheme in re.findall(r":root\s*\{([^}]*)\}", css):  # the light colours, then the dark ones
+        colours = dict(re.findall(r"--([\w-]+):\s*(#[0-9a-fA-F]{6})", scheme))
+        for text, background in (
+            ("fg", "bg"),
+            ("muted", "bg"),
+            ("muted", "head"),
+            ("accent", "bg"),
+            ("accent", "head"),
+            ("upd", "bg"),
+            ("ins", "bg"),
+            ("del", "bg"),
+            ("ok", "ok-bg"),
+            ("warn", "warn-bg"),
+            ("bad", "bad-bg"),
+        ):
+            if text not in colours or background not in colours:
+                continue
+            high, low = sorted((_luminance(colours[text]), _luminance(colours[background])), reverse=True)
+            assert (high + 0.05) / (low + 0.05) >= 4.5, f"--{text} on --{background}"

@@ -11,18 +11,14 @@ from pathlib import Path
 import pytest
 
 from devtools.sandbox import MariaDB
+from devtools.wait import wait_for
 from relay import store
 from relay.models import Change, Checkpoint, Client, QueueState, SchemaTable, TableUsage, WorkerStatus
 from relay.store import rowcodec
-from tests.harness.processes import RelayProcess, relay_env, stop_all, wait_for
+from tests.helpers.queues import queue_size
+from tests.helpers.worker import caught_up, queue_of, start_worker, subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _stop_processes() -> Iterator[None]:
-    yield
-    stop_all()
 
 
 @pytest.fixture
@@ -31,44 +27,6 @@ def own_mariadb() -> Iterator[MariaDB]:
     server = MariaDB(Path(tempfile.mkdtemp(prefix="relay-own-")), row_metadata_full=True).start()
     yield server
     server.destroy()
-
-
-def start_worker(server: MariaDB, start: tuple[str, int] | None = None, **env: object) -> RelayProcess:
-    args = ["runbinlog", "--batch-ms", "50"]
-    if start:
-        args += ["--from", f"{start[0]}:{start[1]}"]
-    return RelayProcess(relay_env(server, **env), *args).start()
-
-
-def caught_up(server: MariaDB, worker: RelayProcess | None = None, timeout: float = 60) -> None:
-    """Waits until the worker's checkpoint reaches the source's current position."""
-    target = server.binlog_position()
-
-    def reached() -> bool:
-        if worker is not None and not worker.alive():
-            raise AssertionError(f"worker exited with {worker.process.returncode}:\n{worker.output[-3000:]}")
-        checkpoint = Checkpoint.objects.first()
-        return checkpoint is not None and (checkpoint.binlog_file, checkpoint.binlog_pos) >= target
-
-    wait_for(reached, timeout=timeout, message=f"checkpoint at {target}")
-
-
-def queue_of(name: str) -> list[tuple[str, int, str]]:
-    """(table, kind, id) of every entry in a client's queue, head first."""
-    client = Client.objects.get(name=name)
-    rows = []
-    for _, change_id in store.entry_change_ids(client.id, client.acked_seq, 10**9):
-        change = Change.objects.get(id=change_id)
-        columns = {column.name: column for column in rowcodec.decode(change.data)}
-        key = columns["id"].after if change.kind != 4 else columns["id"].before
-        rows.append((change.table_name, change.kind, key))
-    return rows
-
-
-def subscribe(name: str, mask: int, schema: str, table: str, limit: int = 0, policy: int = 0) -> int:
-    session = store.open_session(name)
-    store.add_filter(session.client_id, mask, schema, table, limit, policy)
-    return session.client_id
 
 
 def test_clients_get_exactly_the_matching_rows_once_in_binlog_order(fresh_schema: tuple[MariaDB, str]) -> None:
@@ -140,7 +98,7 @@ def test_discard_policies_at_their_limits(fresh_schema: tuple[MariaDB, str]) -> 
     assert discarded["oldest_out"] == (7, 3)
     assert discarded["newest_ignored"] == (7, 3)
     assert discarded["never_drops"] == (0, 10)
-    assert store.queue_size(Client.objects.get(name="oldest_out").id) == 3
+    assert queue_size(Client.objects.get(name="oldest_out").id) == 3
 
 
 def test_filters_added_while_running_apply_without_restart(fresh_schema: tuple[MariaDB, str]) -> None:
@@ -331,7 +289,7 @@ def test_a_large_transaction_is_applied_whole_across_kills(fresh_schema: tuple[M
         worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
         time.sleep(delay)
         worker.kill()
-        assert store.queue_size(Client.objects.get(name="c").id) in (0, 30_000)  # all or nothing
+        assert queue_size(Client.objects.get(name="c").id) in (0, 30_000)  # all or nothing
     worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
     caught_up(server, worker, timeout=120)
     assert [key for *_, key in queue_of("c")] == [str(i) for i in range(1, 30_001)]

@@ -1,5 +1,8 @@
 """The PySpark usage pipeline over archived binlog files and the change log's files.
 
-``sources`` and ``tally`` run inside Spark tasks and import neither Django nor Spark; ``job`` builds the Spark job,
-``load`` writes its summary into the store, ``progress`` prints a line per stage.
+``sources``, ``tally`` and ``progress``'s ChunkBeacon run inside Spark tasks and import neither Django nor Spark.
+On the driver: ``session`` starts Spark (master, bind address, a quiet JVM), ``preflight`` checks the master, the
+output and the inputs before any work, ``inputs`` lists the files, ``job`` runs the tasks, ``aggregate`` adds up
+their partial sums into the outputs, ``outputs`` writes through Hadoop's file systems, ``report`` says what became
+of every file and byte, ``load`` writes the summary into the store, ``progress`` prints a line per stage and chunk.
 """

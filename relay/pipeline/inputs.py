@@ -23,6 +23,12 @@ LOG_NAME = re.compile(r"^relaylogs-\d{8}\.(txt|jsonl)$")
 GLOB_CHARACTERS = frozenset("*?[{")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
+# How to take the last binlog file of each server's series (see last_of_series): like any other, which must end the
+# way a closed binlog ends, or as the server's live binlog, whose end is legitimately open.
+ARCHIVED = "archived"
+LIVE = "live"
+LAST_BINLOG = (ARCHIVED, LIVE)
+
 
 @dataclass
 class Inputs:
@@ -153,6 +159,20 @@ def expand(
                 continue
             found.append((uri, size))
     return list(dict.fromkeys(found)), missing
+
+
+def last_of_series(binlogs: list[str]) -> set[str]:
+    """The highest-numbered file of each series (same folder, same base name: one server's binlog.000001,
+    binlog.000002...): the only one that its server may still be writing."""
+    last: dict[tuple[str, str], tuple[int, str]] = {}
+    for uri in binlogs:
+        stem, _, number = base_name(uri).rpartition(".")
+        if not number.isdigit():
+            continue
+        key = (folder_of(uri), stem)
+        if key not in last or int(number) > last[key][0]:
+            last[key] = (int(number), uri)
+    return {uri for _, uri in last.values()}
 
 
 def collect(spark: Any, binlogs: str | None, logs: str | None) -> Inputs:

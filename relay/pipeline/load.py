@@ -54,7 +54,9 @@ def upsert(objects: Iterable[models.Model], unique: list[str], updated: list[str
     written = 0
     iterator = iter(objects)
     while batch := list(islice(iterator, BATCH)):
-        type(batch[0]).objects.bulk_create(batch, update_conflicts=True, unique_fields=unique, update_fields=updated)
+        type(batch[0])._default_manager.bulk_create(
+            batch, update_conflicts=True, unique_fields=unique, update_fields=updated
+        )
         written += len(batch)
     return written
 

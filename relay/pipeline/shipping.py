@@ -2,11 +2,15 @@
 
 The tasks import ``binlog`` and ``relay.pipeline`` (which imports neither Django nor the rest of ``relay``); both
 go into one zip that ``SparkContext.addPyFile`` puts on every executor's ``sys.path``.
+
+The zip is built in a folder of Spark's driver scratch space (under ``SparkFiles.getRootDirectory()``), which Spark
+deletes when the context stops or the JVM exits: the driver serves the file from where it was added for as long as
+executors may start (a worker lost mid-run brings new ones), so it cannot be removed earlier, and a folder of our
+own under /tmp would outlive every run that failed.
 """
 
 from __future__ import annotations
 
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -36,7 +40,11 @@ def ship_packages(spark_context: Any) -> Path:
     shipped = getattr(spark_context, "_relay_shipped", None)
     if shipped is not None:
         return shipped
-    folder = Path(tempfile.mkdtemp(prefix="relay-pipeline-"))
+    from pyspark import SparkFiles
+
+    # A subfolder: addPyFile copies the zip into the root folder itself, which must not be the file being copied.
+    folder = Path(SparkFiles.getRootDirectory()) / "relay-pipeline"
+    folder.mkdir(parents=True, exist_ok=True)
     path = build_zip(folder / "relay_pipeline_tasks.zip")
     spark_context.addPyFile(str(path))
     spark_context._relay_shipped = path

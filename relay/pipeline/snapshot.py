@@ -79,9 +79,9 @@ def snapshot_from_rows(columns: Iterable[Sequence[Any]], keys: Iterable[Sequence
             }
         )
     for schema, table, column in keys:
-        entry = tables.get((_text(schema), _text(table)))
-        if entry is not None:
-            entry["primary_key"].append(_text(column))
+        keyed = tables.get((_text(schema), _text(table)))
+        if keyed is not None:
+            keyed["primary_key"].append(_text(column))
     return {"version": SNAPSHOT_VERSION, "tables": [tables[key] for key in sorted(tables)]}
 
 

@@ -2,9 +2,11 @@
 
 Spark reads a file of a distributed file system and hands its task the bytes; a local file is opened by the task
 and read in chunks (``only_content``). A reader decodes the content and never raises: whatever is wrong with it
-(empty, truncated, corrupt, a decoder bug) becomes the error of that file's FILE record, and the file contributes no
-counts at all, so a half-read file never skews the totals. Nothing here imports Django or Spark, so the tasks need
-only ``binlog/`` and this package on the executors.
+(empty, corrupt, not a binlog, a decoder bug) makes the file UNREADABLE, the error its FILE record's note, and the
+file contributes no counts at all. A binlog that merely ends early (cut in an event, inside a transaction, or before
+the event a closed binlog ends with) is PARTIAL: its complete transactions count, the rest does not, and the FILE
+record says how many bytes the counts account for. Nothing here imports Django or Spark, so the tasks need only
+``binlog/`` and this package on the executors.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import io
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 from zoneinfo import ZoneInfo
 
-from relay.pipeline.tally import FileTally, changed_columns
+from relay.pipeline.tally import COMPLETE, LIVE, PARTIAL, FileTally, changed_columns
 
 BINLOG = "binlog"
 LOG = "log"
@@ -49,7 +51,8 @@ def describe(exc: BaseException) -> str:
 
 
 def run_file(source: str, path: str, read: Any, *args: Any) -> Iterator[tuple]:
-    """Runs ``read(tally, path, *args)`` and yields the file's records, or its FILE record with the error."""
+    """Runs ``read(tally, path, *args)`` and yields the file's records, or its FILE record with the error (the
+    partial counts of a reader that raised are dropped: a corrupt file counts nothing)."""
     started = time.perf_counter()
     tally = FileTally(source, path)
     try:
@@ -88,29 +91,115 @@ def only_content(pairs: Iterable[tuple[str, bytes | None]]) -> Iterator[BinaryIO
 # -- binlog files -------------------------------------------------------------------------------------------------
 
 
-def read_binlog(tally: FileTally, path: str, content: BinaryIO | bytes, snapshot: dict[str, Any] | None) -> None:
-    """Decodes one archived binlog file's bytes with ``binlog/`` and counts its committed transactions."""
+def read_binlog(
+    tally: FileTally,
+    path: str,
+    content: BinaryIO | bytes,
+    snapshot: dict[str, Any] | None,
+    *,
+    live: bool = False,
+    beacon: Callable[[int, int], None] | None = None,
+) -> None:
+    """Decodes one binlog file's bytes with ``binlog/`` and counts its committed transactions.
+
+    Only committed transactions are ever counted. How the file ends is checked against how a closed binlog ends (a
+    ROTATE or STOP event after its last transaction): a file cut in the middle of an event, inside a transaction, or
+    after a transaction but before that last event is PARTIAL, with the bytes its complete transactions account for.
+    ``live`` says the file may be its server's live binlog, whose end is open: the same end is then LIVE, not PARTIAL.
+    """
     from binlog import NOT_PRESENT
-    from binlog.files import read_binlog_contents
+    from binlog.constants import (
+        ANONYMOUS_GTID_LOG_EVENT,
+        FORMAT_DESCRIPTION_EVENT,
+        GTID_EVENT,
+        GTID_LOG_EVENT,
+        LOG_EVENT_BINLOG_IN_USE_F,
+        ROTATE_EVENT,
+        STOP_EVENT,
+    )
+    from binlog.errors import TruncatedEventError
+    from binlog.files import iter_events
+    from binlog.parser import EventDecoder
     from relay.pipeline.snapshot import SnapshotProvider
 
-    provider = SnapshotProvider(snapshot) if snapshot else None
-    for tx in read_binlog_contents([(path, content)], schema_provider=provider):
-        if not tx.changes:
-            if tx.statements or tx.gtid:  # DDL or an empty transaction: counted per hour, not per table
-                tally.add_transaction(tx.timestamp, ())
-            continue
-        touched = set()
-        for change in tx.changes:
-            touched.add(tally.add_row(change.schema, change.table, change.kind, change.timestamp))
-            if change.kind == 2 and change.before is not None and change.after is not None:
-                tally.add_column_changes(
-                    change.schema,
-                    change.table,
-                    change.timestamp,
-                    changed_columns(change.columns, change.before, change.after, NOT_PRESENT),
-                )
-        tally.add_transaction(tx.timestamp, touched)
+    decoder = EventDecoder(SnapshotProvider(snapshot) if snapshot else None)
+    decoder.file = path.rstrip("/").rpartition("/")[2]
+    decoder.pos = 4
+    transaction_starts = (GTID_EVENT, GTID_LOG_EVENT, ANONYMOUS_GTID_LOG_EVENT)
+    events = iter_events(content, name=path)
+    position = 4  # where the next event starts: the bytes read so far are whole events
+    clean = 4  # the end of the last event after which no transaction was open: what the counts account for
+    opened_at: int | None = None  # where the transaction open at ``position`` began
+    last_type: int | None = None
+    in_use = False
+    dropped: list[int] = []  # positions of transactions that another one followed before their commit
+    cut: str | None = None
+    while True:
+        try:
+            event = next(events)
+        except StopIteration:
+            break
+        except TruncatedEventError as exc:  # the file ends before the event its last bytes begin
+            cut = str(exc)
+            break
+        event_type = event[4]
+        if last_type is None:
+            if event_type != FORMAT_DESCRIPTION_EVENT:
+                raise InputError(f"not a binlog file: its first event (type {event_type}) is no format description")
+            in_use = bool(int.from_bytes(event[17:19], "little") & LOG_EVENT_BINLOG_IN_USE_F)
+        if opened_at is not None and event_type in transaction_starts:
+            dropped.append(opened_at)  # the decoder drops that transaction's rows when this event starts the next
+        trx = decoder.feed(event)
+        start, position, last_type = position, position + len(event), event_type
+        if trx is not None and not trx.partial:
+            _count_transaction(tally, trx, NOT_PRESENT)
+        if decoder.in_transaction or decoder.changes or decoder.trx_gtid or decoder.trx_timestamp:
+            if opened_at is None:
+                opened_at = start
+        else:
+            clean, opened_at = position, None
+        if beacon is not None:
+            beacon(position, tally.rows)
+    if last_type is None:
+        raise InputError(f"not a binlog file: {cut}" if cut else "not a binlog file: nothing after its magic number")
+
+    reasons = []
+    if dropped:
+        where = ", ".join(str(p) for p in dropped[:3]) + (" ..." if len(dropped) > 3 else "")
+        reasons.append(f"{len(dropped)} transaction(s) without a commit before the next one (at {where}), not counted")
+    if cut is not None:
+        inside = f", inside the transaction begun at position {opened_at}" if opened_at is not None else ""
+        reasons.append(f"cut in the middle of the event at position {position}{inside}")
+    elif opened_at is not None:
+        reasons.append(f"ends inside the transaction begun at position {opened_at}, before its commit")
+    elif last_type not in (ROTATE_EVENT, STOP_EVENT):
+        reasons.append(f"ends at position {position} without the ROTATE or STOP event a closed binlog ends with")
+    if not reasons:
+        tally.end(COMPLETE, None, clean)
+    elif live and not dropped:
+        tally.end(LIVE, reasons[0], clean)
+    else:
+        if in_use and not dropped:
+            reasons.append("its server still had it open (a live binlog?)")
+        tally.end(PARTIAL, "; ".join(reasons), clean)
+
+
+def _count_transaction(tally: FileTally, tx: Any, absent: Any) -> None:
+    if not tx.changes:
+        if tx.statements or tx.gtid:  # DDL or an empty transaction: counted per hour, not per table
+            tally.add_transaction(tx.timestamp, ())
+        return
+    touched = set()
+    for change in tx.changes:
+        touched.add(tally.add_row(change.schema, change.table, change.kind, change.timestamp))
+        if change.kind == 2 and change.before is not None and change.after is not None:
+            tally.add_column_changes(
+                change.schema,
+                change.table,
+                change.timestamp,
+                changed_columns(change.columns, change.before, change.after, absent),
+            )
+    tally.add_transaction(tx.timestamp, touched)
 
 
 # -- change log files ---------------------------------------------------------------------------------------------
@@ -125,16 +214,32 @@ def log_day(path: str) -> tuple[str, str]:
 
 
 def read_log(
-    tally: FileTally, path: str, content: BinaryIO | bytes, timezone: str, skip_binlogs: frozenset[str]
+    tally: FileTally,
+    path: str,
+    content: BinaryIO | bytes,
+    timezone: str,
+    skip_binlogs: frozenset[str],
+    *,
+    beacon: Callable[[int, int], None] | None = None,
 ) -> None:
     """Counts one change log file's bytes; ``skip_binlogs`` names binlog files whose changes the run counts from
-    the binlog files themselves."""
+    the binlog files themselves. A change log has no closing record: a file that reads to its end is complete."""
     day, ext = log_day(path)
-    lines = io.BytesIO(content) if isinstance(content, bytes) else content
+    lines: Iterable[bytes] = io.BytesIO(content) if isinstance(content, bytes) else content
+    if beacon is not None:
+        lines = _reporting(lines, tally, beacon)
     if ext == "jsonl":
         count_json_lines(tally, lines, skip_binlogs)
     else:
         count_text_lines(tally, lines, day, ZoneInfo(timezone))
+
+
+def _reporting(lines: Iterable[bytes], tally: FileTally, beacon: Callable[[int, int], None]) -> Iterator[bytes]:
+    position = 0
+    for line in lines:
+        position += len(line)
+        beacon(position, tally.rows)
+        yield line
 
 
 def _lines(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:

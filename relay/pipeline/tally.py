@@ -22,7 +22,14 @@ KIND_INDEX = {1: 0, 2: 1, 4: 2}
 USAGE = "usage"  # (tag, hour, schema, table, inserts, updates, deletes, transactions)
 COLUMN = "column"  # (tag, day, schema, table, column, changed, compared)
 HOURLY = "hourly"  # (tag, hour, transactions, row_changes)
-FILE = "file"  # (tag, source, path, rows, transactions, seconds, error)
+FILE = "file"  # (tag, source, path, status, counted_bytes, rows, transactions, seconds, note)
+
+# What became of a file, in its FILE record. Rows and transactions are those of complete transactions only.
+COMPLETE = "complete"  # read to the end, which is the end a closed file has
+PARTIAL = "partial"  # counted up to its last complete transaction; the rest of it is not (the note says why)
+LIVE = "live"  # a server's live binlog: counted up to its last complete transaction, the rest still being written
+UNREADABLE = "unreadable"  # corrupt, or not what it claims to be: counts nothing (the note says why)
+STATUSES = (COMPLETE, PARTIAL, LIVE, UNREADABLE)
 
 
 def hour_of(timestamp: int) -> int:
@@ -50,7 +57,18 @@ def changed_columns(
 class FileTally:
     """Counts of one file: usage per (hour, schema, table), column changes per (day, schema, table, column)."""
 
-    __slots__ = ("columns", "hours", "path", "rows", "source", "transactions", "usage")
+    __slots__ = (
+        "columns",
+        "counted_bytes",
+        "hours",
+        "note",
+        "path",
+        "rows",
+        "source",
+        "status",
+        "transactions",
+        "usage",
+    )
 
     def __init__(self, source: str, path: str) -> None:
         self.source = source
@@ -60,6 +78,13 @@ class FileTally:
         self.hours: dict[int, list[int]] = {}  # -> [transactions, row changes]
         self.rows = 0
         self.transactions = 0
+        self.status = COMPLETE
+        self.note: str | None = None
+        self.counted_bytes: int | None = None  # None: the whole file (a reader that does not track positions)
+
+    def end(self, status: str, note: str | None, counted_bytes: int | None) -> None:
+        """How the file ended: a reader that counted only part of it says so here, with the bytes it accounts for."""
+        self.status, self.note, self.counted_bytes = status, note, counted_bytes
 
     def add_row(self, schema: str, table: str, kind: int, timestamp: int) -> tuple[int, str, str]:
         """Counts one row change; returns its (hour, schema, table) key for the transaction's set of tables."""
@@ -99,10 +124,21 @@ class FileTally:
             self.usage[key][3] += 1
 
     def records(self, seconds: float, error: str | None = None) -> Iterator[tuple]:
-        """The task's output. A file that failed contributes its FILE record only: it is skipped as a whole."""
-        yield (FILE, self.source, self.path, self.rows, self.transactions, seconds, error)
+        """The task's output. An unreadable file contributes its FILE record only: it is skipped as a whole."""
         if error is not None:
+            yield (FILE, self.source, self.path, UNREADABLE, 0, 0, 0, seconds, error)
             return
+        yield (
+            FILE,
+            self.source,
+            self.path,
+            self.status,
+            self.counted_bytes,
+            self.rows,
+            self.transactions,
+            seconds,
+            self.note,
+        )
         for (hour, schema, table), (ins, upd, dele, txs) in self.usage.items():
             yield (USAGE, hour, schema, table, ins, upd, dele, txs)
         for (day, schema, table, column), (changed, compared) in self.columns.items():

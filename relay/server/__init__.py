@@ -6,8 +6,16 @@ one request in flight; each authenticated connection holds a session (:mod:`.que
 its client's queue. Long-polling FETCHes wait on :mod:`.wakeup` (PostgreSQL LISTEN/NOTIFY, or a 10 ms poll of the
 waiting clients' queues on SQLite). The History column is written in batches (:mod:`.history`).
 
+Limits (:class:`ServerOptions`): before AUTH a request's payload is at most ``MAX_UNAUTHENTICATED_PAYLOAD`` and a
+connection must authenticate within ``auth_timeout``; a request begun must arrive within ``io_timeout``; connections
+are capped in total and per remote address, a new one replacing the oldest unauthenticated one. So connections that
+never authenticate cost a few KiB each, for a few seconds, and cannot lock clients out.
+
 Delivery semantics:
 
+* A reply delivers its events only once all of it is with TCP (``drain`` with no write buffer): a reply whose
+  sending fails (the client went away, refused it, or did not read it within the I/O timeout) moves nothing, and
+  its events come again.
 * POLL, POLLV2 and FETCH without MANUAL_ACK acknowledge what they send: the reply goes out first, then the head
   moves in the store, written behind the reply within a few milliseconds (one UPDATE for every delivery of that
   interval, see :mod:`.queues`). A relay crash in between loses nothing: those events are delivered again to the

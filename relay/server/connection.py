@@ -18,6 +18,8 @@ from django.db import DatabaseError
 from clientproto import (
     EMPTY_REPLY,
     FETCH_BYTE_BUDGET,
+    MAX_PAYLOAD,
+    MAX_UNAUTHENTICATED_PAYLOAD,
     OK_REPLY,
     PONG_REPLY,
     REQUEST_HEADER_SIZE,
@@ -49,7 +51,7 @@ from clientproto import (
 from clientproto.codec import DECODERS, SESSIONLESS_COMMANDS, Request
 from clientproto.header import RequestHeader
 from relay import store
-from relay.server.queues import SessionQueue, StaleSession
+from relay.server.queues import Delivery, SessionQueue, StaleSession
 from relay.server.wakeup import Waiter
 
 if TYPE_CHECKING:
@@ -59,6 +61,10 @@ log = logging.getLogger("relay.server")
 
 #: Longest name the store keeps (Client.name, Filter.schema_name/table_name).
 MAX_STORED_NAME = 255
+
+#: Requests a connection may send without a session (PING, AUTH and their retries): a client pipelining requests
+#: before AUTH is closed after this many, so it cannot keep the server busy answering them.
+MAX_UNAUTHENTICATED_REQUESTS = 16
 
 # What a connection is doing, for the timeout sweeper.
 IDLE, READING, BUSY, WRITING = "idle", "reading", "busy", "writing"
@@ -75,13 +81,24 @@ class Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "")
+        #: The remote address, for the per-address connection limit.
+        self.host = str(peer[0]) if isinstance(peer, tuple) and peer else self.peer
         self.session: SessionQueue | None = None
         self.state = IDLE
         self.since = server.loop.time()
         self.closing = False
         #: True while an AUTH of this connection runs: its new session is not registered yet.
         self.authenticating = False
+        #: Without a session, the connection is closed at this loop time (None while it holds a session; set by
+        #: the server's ``unauthenticated``).
+        self.auth_deadline: float | None = None
+        #: Requests sent without a session, since the connection lacks one (bounded: MAX_UNAUTHENTICATED_REQUESTS).
+        self.unauthenticated_requests = 0
         self._waiter: Waiter | None = None
+        #: The POLL/FETCH delivery whose reply is being sent: it counts as delivered once the reply is out.
+        self._unsent: tuple[SessionQueue, Delivery] | None = None
+        #: Loop time of the last PING written as activity (the client's last_seen), see _ping_activity.
+        self._ping_written = 0.0
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
@@ -89,19 +106,41 @@ class Connection:
         try:
             while not self.closing and not self.server.stopping:
                 self._enter(IDLE)
-                head = await self.reader.readexactly(REQUEST_HEADER_SIZE)
+                # The first byte ends IDLE: from there a partial header, like a partial payload, has io_timeout to
+                # arrive, not the idle timeout.
+                first = await self.reader.readexactly(1)
                 self._enter(READING)
+                head = first + await self.reader.readexactly(REQUEST_HEADER_SIZE - 1)
                 try:
-                    header = decode_request_header(head)
+                    # Before AUTH only small payloads are read: unauthenticated connections cost a few KiB each.
+                    limit = MAX_PAYLOAD if self.session is not None else MAX_UNAUTHENTICATED_PAYLOAD
+                    header = decode_request_header(head, max_payload=limit)
                 except ProtocolError as exc:  # PayloadSize over the limit: the payload is never read
+                    if self.session is None:
+                        exc = type(exc)(f"{exc}; before AUTH the limit is {MAX_UNAUTHENTICATED_PAYLOAD} bytes")
                     await self._send(error_reply(exc))
                     break
+                if self.session is None:
+                    self.unauthenticated_requests += 1
+                    if self.unauthenticated_requests > MAX_UNAUTHENTICATED_REQUESTS:
+                        self.server.limit_log.note(
+                            "unauthenticated-requests",
+                            logging.INFO,
+                            f"closed connections that sent over {MAX_UNAUTHENTICATED_REQUESTS} requests without AUTH",
+                        )
+                        break
                 payload = await self.reader.readexactly(header.payload_size) if header.payload_size else b""
                 self._enter(BUSY)
                 reply, close = await self._request(header, payload)
                 if reply:
                     self._enter(WRITING)
                     await self._send(reply)
+                if self._unsent is not None:
+                    # The reply is with TCP: its delivery counts now (never if the send failed or timed out).
+                    session, delivery = self._unsent
+                    self._unsent = None
+                    session.sent(delivery)
+                    self.server.history.served(session.client_id, delivery.entries)
                 if self.session is not None:
                     self.session.schedule_sync()  # what the reply delivered is written now, behind it
                 if close:
@@ -148,9 +187,24 @@ class Connection:
 
     # -- commands ------------------------------------------------------------------------------------------------
 
+    async def _ping_activity(self) -> None:
+        """A PING is activity: the dashboard shows the session's last activity from last_seen. Written at most every
+        PING_ACTIVITY_SECONDS per connection, so a client that pings every few seconds costs one small update per
+        interval; a store error only delays it (the PONG is still sent)."""
+        session = self.session
+        now = self.server.loop.time()
+        if session is None or now - self._ping_written < PING_ACTIVITY_SECONDS:
+            return
+        self._ping_written = now
+        try:
+            await self.server.threads.run(_touch_session, session.client_id, session.token)
+        except DatabaseError:
+            log.debug("connection %s: last activity not written", self.peer, exc_info=True)
+
     async def _dispatch(self, header: RequestHeader, request: Request) -> bytes:
         command = header.command
         if command == Command.PING:
+            await self._ping_activity()
             return PONG_REPLY
         if command == Command.AUTH:
             assert isinstance(request, AuthRequest)
@@ -173,8 +227,8 @@ class Connection:
             if command == Command.REMOVEFILTER:
                 assert isinstance(request, FilterIdentity)
                 await session.check()
-                removed = await self.server.threads.run(_remove_filter, session, request)
-                return removefilter_reply(removed)
+                filter_removed = await self.server.threads.run(_remove_filter, session, request)
+                return removefilter_reply(filter_removed)
             if command == Command.STATUS:
                 return await self._status(session)
         except StaleSession:
@@ -182,11 +236,14 @@ class Connection:
             log.info("connection %s: session of client %d was replaced", self.peer, session.client_id)
             if self.session is session:
                 self.session = None
+                self.server.unauthenticated(self)  # AUTH again within auth_timeout, or be closed
             return bad_session_reply(header.client_id, header.token)
         except (DatabaseError, store.StoreError) as exc:
             log.warning("connection %s: store error on %s: %s", self.peer, Command(command).name, exc)
             if command in (Command.POLL, Command.POLLV2, Command.FETCH):
                 return EMPTY_REPLY  # the client polls again; nothing was taken from its queue
+            if isinstance(exc, store.StoreError):  # a request the store refuses (a limit): the client is told why
+                return message_reply(Result.MALFORMED, f"{Command(command).name}: {exc}")
             raise _Close from exc
         raise AssertionError(f"command 0x{command:02x} decoded but not dispatched")
 
@@ -207,6 +264,9 @@ class Connection:
             except DatabaseError as exc:
                 log.warning("connection %s: AUTH failed in the store: %s", self.peer, exc)
                 raise _Close from exc
+            except store.StoreError as exc:  # a limit of the store (the number of clients): the client is told why
+                log.warning("connection %s: AUTH of %r refused: %s", self.peer, request.name, exc)
+                return message_reply(Result.MALFORMED, f"AUTH: {exc}")
             finally:
                 self.authenticating = False
             previous = self.session
@@ -216,6 +276,7 @@ class Connection:
             if previous is not None and previous.client_id != opened.client_id:
                 self.server.session_ended(self, previous)
             self.server.register(self, opened.client_id)
+            self.server.authenticated(self)
         return auth_reply(request.key, opened.token, opened.client_id)
 
     async def _poll(self, session: SessionQueue, v2: bool) -> bytes:
@@ -225,7 +286,7 @@ class Connection:
         delivery = await session.poll(v2)
         if delivery is None:
             return EMPTY_REPLY
-        self.server.history.served(session.client_id, delivery.entries)
+        self._unsent = (session, delivery)
         assert isinstance(delivery.payload, bytes)
         return poll_reply(delivery.payload)
 
@@ -240,7 +301,7 @@ class Connection:
             delivery = await session.fetch(request.max_events, request.manual_ack, ack_upto, FETCH_BYTE_BUDGET)
             ack_upto = 0  # acknowledged once; a retry after waiting must not count it again
             if delivery is not None:
-                self.server.history.served(session.client_id, delivery.entries)
+                self._unsent = (session, delivery)
                 return delivery.payload  # the whole reply frame, rendered off the event loop
             remaining = deadline - loop.time()
             if remaining <= 0 or self.closing or self.server.stopping:
@@ -289,6 +350,14 @@ class Connection:
 
 def _add_filter(session: SessionQueue, request: AddFilterRequest) -> None:
     store.add_filter(session.client_id, request.types, request.schema, request.table, request.limit, request.policy)
+
+
+PING_ACTIVITY_SECONDS = 10.0
+
+
+def _touch_session(client_id: int, token: int) -> None:
+    # Moves nothing but last_seen: both cursors only ever move forward, so writing 0 for them leaves them as they are.
+    store.sync_session(client_id, token, 0, 0, 0)
 
 
 def _remove_filter(session: SessionQueue, request: FilterIdentity) -> bool:

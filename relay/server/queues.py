@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from django.db import DatabaseError
 
@@ -34,6 +35,7 @@ from relay.server.database import StoreThreads
 from relay.store import Bounds, StoredEntry
 
 log = logging.getLogger("relay.server")
+T = TypeVar("T")
 
 #: Entries a POLL session reads ahead of its head.
 READ_AHEAD = 128
@@ -57,11 +59,17 @@ class Pending(NamedTuple):
 @dataclass(slots=True)
 class Delivery:
     """What a POLL or FETCH found: the entries sent, the reply payload (POLL) or whole reply frame (FETCH), and what
-    is left."""
+    is left. The session counts it as delivered only at :meth:`SessionQueue.sent`, once the reply went out."""
 
     entries: list[StoredEntry]
     payload: bytes
     queue_size: int
+    #: Seq of the last entry in the reply.
+    top: int = 0
+    #: MANUAL_ACK: the reply moves the session's cursor, not the head.
+    manual: bool = False
+    #: (max_events, byte_budget) of the FETCH read-ahead to start once the reply is out, if any.
+    read_next: tuple[int, int] | None = None
 
 
 # -- store calls (run in the store threads) ---------------------------------------------------------------------
@@ -170,19 +178,19 @@ class SessionQueue:
         self.delivered = max(self.delivered, self.acked)
         self.last = max(bounds.last_seq, self.acked)
 
-    async def _call(self, function: object, *args: object) -> object:
+    async def _call(self, function: Callable[..., T], *args: object) -> T:
         """A store call of this session, which first writes what is pending."""
         if self._next is not None:
             await self._take_next()  # dropped: this call reads the queue again
         return await self._store_call(function, *args)
 
-    async def _store_call(self, function: object, *args: object) -> object:
+    async def _store_call(self, function: Callable[..., T], *args: object) -> T:
         if self.stale:
             raise StaleSession
         await self.settle()
         pending = self._take_pending()
         try:
-            return await self.threads.run(function, self.client_id, self.token, pending, *args)  # type: ignore[arg-type]
+            return await self.threads.run(function, self.client_id, self.token, pending, *args)
         except StaleSession:
             self.stale = True
             raise
@@ -228,7 +236,7 @@ class SessionQueue:
     async def _read_next(self, max_events: int, byte_budget: int) -> tuple[Bounds, list[StoredEntry], bytes] | None:
         """The FETCH read-ahead (writing what is pending first, as every store call does); None if it failed."""
         try:
-            return await self._store_call(_fetch, 0, None, max_events, byte_budget)  # type: ignore[return-value]
+            return await self._store_call(_fetch, 0, None, max_events, byte_budget)
         except StaleSession:
             return None  # the session is marked stale: its next request gets 0xFB
         except (DatabaseError, RuntimeError) as exc:  # RuntimeError: store threads shut down
@@ -280,19 +288,15 @@ class SessionQueue:
         if self.stale:
             raise StaleSession
         if not self._ahead:
-            bounds, entries = await self._call(_refill, READ_AHEAD)  # type: ignore[misc]
+            bounds, entries = await self._call(_refill, READ_AHEAD)
             self._apply(bounds)
             self._ahead = deque(entry for entry in entries if entry.seq > self.acked)
             if not self._ahead:
                 return None
         entry = self._ahead.popleft()
-        self.acked = entry.seq
-        self.delivered = max(self.delivered, entry.seq)
-        self._served += 1
-        self._dirty = True
         left = max(0, self.last - entry.seq)
         payload = render.pollv2_payload(entry, left, self.instance_id) if v2 else render.poll_payload(entry, left)
-        return Delivery([entry], payload, left)
+        return Delivery([entry], payload, left, top=entry.seq)
 
     async def fetch(self, max_events: int, manual_ack: bool, ack_upto: int, byte_budget: int) -> Delivery | None:
         """A FETCH batch (after acknowledging up to ``ack_upto``); None when nothing is pending."""
@@ -309,30 +313,40 @@ class SessionQueue:
                 result = None
         if result is None:
             cursor = self.delivered if manual_ack else None
-            result = await self._call(_fetch, ack_upto, cursor, max_events, byte_budget)  # type: ignore[assignment]
-            self._apply(result[0])  # type: ignore[index]
-        _, entries, frame = result  # type: ignore[misc]
+            result = await self._call(_fetch, ack_upto, cursor, max_events, byte_budget)
+            self._apply(result[0])
+        _, entries, frame = result
         if not entries:
             return None
         top = entries[-1].seq
-        if not manual_ack:
-            self.acked = top
-        self.delivered = max(self.delivered, top)
-        self._served += len(entries)
-        self._dirty = True
         left = max(0, self.last - top)
-        if not manual_ack and left:
-            self._next_wanted = (max_events, byte_budget)  # read at once after the reply (schedule_sync)
-        return Delivery(entries, frame, left)
+        # Read the next batch at once after the reply (schedule_sync).
+        read_next = (max_events, byte_budget) if not manual_ack and left else None
+        return Delivery(entries, frame, left, top=top, manual=manual_ack, read_next=read_next)
+
+    def sent(self, delivery: Delivery) -> None:
+        """The reply of ``delivery`` was handed to TCP whole: only now does it count as delivered.
+
+        Until here the delivery touches nothing the write-behind could store, so a reply whose sending failed (the
+        client went away, refused a frame too big for it, or timed out reading it) moves neither the head nor the
+        manual-ack cursor, and the session's end writes nothing of it: those entries are delivered again.
+        """
+        if not delivery.manual:
+            self.acked = max(self.acked, delivery.top)  # max: the store may have moved the head past it meanwhile
+        self.delivered = max(self.delivered, delivery.top)
+        self._served += len(delivery.entries)
+        self._dirty = True
+        if delivery.read_next is not None:
+            self._next_wanted = delivery.read_next
 
     async def ack(self, seq: int) -> tuple[int, int]:
         """ACK: (acked_seq after it, entries it removed)."""
         self._ahead.clear()
-        bounds, acked, removed = await self._call(_ack, seq)  # type: ignore[misc]
+        bounds, acked, removed = await self._call(_ack, seq)
         self._apply(bounds)
         return acked, removed
 
     async def check(self) -> None:
         """Writes what is pending and checks that the session is still current (raises StaleSession if not)."""
         bounds = await self._call(_check)
-        self._apply(bounds)  # type: ignore[arg-type]
+        self._apply(bounds)

@@ -9,62 +9,16 @@ out. The legacy encoders render NULL as the text ``NULL`` and ABSENT as ``""``, 
 
 from __future__ import annotations
 
-import base64
-import json
-import struct
 import threading
 from collections.abc import Sequence
 
-from clientproto import ABSENT, Result, decode_columns, encode_columns, encode_poll, encode_pollv2, encode_record
+from clientproto import Result, encode_columns, encode_poll, encode_pollv2
+from clientproto.extensions import FETCH_REPLY_HEAD
 from clientproto.header import encode_reply
-from clientproto.records import InValue
+from clientproto.records import RECORD_HEAD, RECORD_TAIL_FIXED
 from clientproto.wire import EMPTY_LSTRING, name_lstring, text_lstring
 from relay.store import StoredEntry
-from relay.store.rowcodec import record_columns
-
-ColumnTuple = tuple[str, InValue, InValue]
-
-_loads = json.loads
-
-
-def _text_bytes(value: str) -> bytes:
-    try:
-        return value.encode("utf-8")
-    except UnicodeEncodeError:
-        # A badly encoded source column can leave lone surrogates in the stored text: send their raw bytes back
-        # (surrogateescape) or, failing that, their UTF-8-like form, rather than failing the whole delivery.
-        try:
-            return value.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "surrogatepass")
-
-
-def _value(value: object) -> InValue:
-    if value is None:
-        return None
-    if type(value) is str:
-        return _text_bytes(value)
-    if isinstance(value, dict):
-        if "x" in value:
-            return base64.b64decode(value["x"])
-        return ABSENT  # {"m": 1}: left out of a partial row image
-    return _text_bytes(str(value))
-
-
-def columns_of(data: str) -> list[ColumnTuple]:
-    """The (name, before, after) tuples of a stored change, in ordinal order."""
-    raw = record_columns(data)
-    if raw is not None:
-        return decode_columns(raw)  # type: ignore[return-value]
-    parsed = _loads(data)
-    names: list[str] = parsed["c"]
-    before = parsed["b"]
-    after = parsed["a"]
-    if before is None:
-        return [(name, ABSENT, _value(value)) for name, value in zip(names, after or (), strict=False)]
-    if after is None:
-        return [(name, _value(value), ABSENT) for name, value in zip(names, before, strict=False)]
-    return [(name, _value(b), _value(a)) for name, b, a in zip(names, before, after, strict=False)]
+from relay.store.rowcodec import record_columns, wire_columns
 
 
 def event_position(entry: StoredEntry) -> int:
@@ -79,7 +33,7 @@ def poll_payload(entry: StoredEntry, queue_size: int) -> bytes:
         queue_size,
         entry.schema_name,
         entry.table_name,
-        columns_of(entry.data),
+        wire_columns(entry.data),
     )
 
 
@@ -91,47 +45,14 @@ def pollv2_payload(entry: StoredEntry, queue_size: int, instance_id: int) -> byt
         instance_id,
         entry.schema_name,
         entry.table_name,
-        columns_of(entry.data),
+        wire_columns(entry.data),
     )
-
-
-def fetch_record(entry: StoredEntry) -> bytes:
-    return encode_record(
-        entry.seq,
-        entry.kind,
-        entry.timestamp & 0xFFFFFFFF,
-        entry.binlog_file,
-        entry.binlog_pos,
-        entry.row_index,
-        entry.gtid,
-        entry.schema_name,
-        entry.table_name,
-        columns_of(entry.data),
-    )
-
-
-def fetch_records(entries: Sequence[StoredEntry], byte_budget: int) -> list[bytes]:
-    """Records for ``entries`` in order, stopping once their total reaches ``byte_budget`` (always one at least)."""
-    records: list[bytes] = []
-    total = 0
-    for entry in entries:
-        record = fetch_record(entry)
-        records.append(record)
-        total += len(record)
-        if total >= byte_budget:
-            break
-    return records
 
 
 # -- FETCH replies from shared, cached records ----------------------------------------------------------------------
 
-#: A record after its RecordSize and Seq: EventType, Timestamp, Position, Row (clientproto/records.py).
-_TAIL_HEAD = struct.Struct("<BIQI")
-#: RecordSize and Seq: the only per-client part of a record.
-_RECORD_HEAD = struct.Struct("<IQ")
-#: The FETCH reply payload's head: RecordCount, QueueSize.
-_FETCH_HEAD = struct.Struct("<IQ")
-_pack_record_head = _RECORD_HEAD.pack
+_pack_record_head = RECORD_HEAD.pack
+_pack_tail_fixed = RECORD_TAIL_FIXED.pack
 _NAMES: dict[str, bytes] = {}
 
 
@@ -147,15 +68,16 @@ def _name(name: str) -> bytes:
 def fetch_tail(entry: StoredEntry) -> bytes:
     """The FETCH record of ``entry`` after its RecordSize and Seq: the same for every client queueing the change.
 
-    Byte for byte ``fetch_record(entry)[12:]``: the fixed fields, then the stored column bytes (record form), or the
-    columns encoded here from the JSON form (older stores, and text that is not valid UTF-8).
+    Byte for byte what ``clientproto.encode_record`` makes of the entry, less its first 12 bytes: the fixed fields,
+    then the stored column bytes (record form), or the columns encoded here from the JSON form (older stores, and
+    text that is not valid UTF-8).
     """
     columns = record_columns(entry.data)
     if columns is None:
-        columns = encode_columns(columns_of(entry.data))
+        columns = encode_columns(wire_columns(entry.data))
     return b"".join(
         (
-            _TAIL_HEAD.pack(entry.kind, entry.timestamp & 0xFFFFFFFF, entry.binlog_pos, entry.row_index),
+            _pack_tail_fixed(entry.kind, entry.timestamp & 0xFFFFFFFF, entry.binlog_pos, entry.row_index),
             _name(entry.binlog_file),
             text_lstring(entry.gtid) if entry.gtid else EMPTY_LSTRING,
             _name(entry.schema_name),
@@ -163,6 +85,11 @@ def fetch_tail(entry: StoredEntry) -> bytes:
             columns,
         )
     )
+
+
+#: Records larger than this are rendered for each reply instead of being cached: a few rows of tens of MB (a row may
+#: reach 1 GiB) would otherwise stay in memory until thousands of newer records pushed them out.
+CACHE_MAX_RECORD = 1 << 20
 
 
 class RenderCache:
@@ -190,7 +117,7 @@ class RenderCache:
             tail = self._old.get(key)
             if tail is None:
                 tail = fetch_tail(entry)
-            if self.size > 0:
+            if self.size > 0 and len(tail) <= CACHE_MAX_RECORD:
                 with self._lock:
                     if len(self._new) >= self._half:
                         self._old, self._new = self._new, {}
@@ -206,7 +133,7 @@ def fetch_frame(
 ) -> tuple[bytes, int]:
     """The whole FETCH reply frame for ``entries`` in order, stopping once the records reach ``byte_budget`` (one
     at least), and how many entries it holds. ``last_seq``: the newest seq of the queue (QueueSize is what follows
-    the last record sent). Byte for byte ``fetch_reply(queue_size, fetch_records(entries, byte_budget))``."""
+    the last record sent). Byte for byte ``clientproto.fetch_reply`` of the same records encoded one by one."""
     parts: list[bytes] = [b""]
     append = parts.append
     total = 0
@@ -221,7 +148,7 @@ def fetch_frame(
     count = (len(parts) - 1) // 2
     if not count:
         return b"", 0
-    parts[0] = _FETCH_HEAD.pack(count, max(0, last_seq - entries[count - 1].seq))
+    parts[0] = FETCH_REPLY_HEAD.pack(count, max(0, last_seq - entries[count - 1].seq))
     return encode_reply(Result.OK, b"".join(parts)), count
 
 

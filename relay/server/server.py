@@ -32,18 +32,66 @@ _AUTH_LOCKS = 64
 #: authenticated again on another relay process. On PostgreSQL the session notification does this at once and the
 #: sweep only covers a LISTEN connection that was down; SQLite has no notification.
 SESSION_CHECK_INTERVAL = {"postgresql": 2.0, "sqlite": 0.2}
+#: Lines about connection limits (a cap hit, connections closed at their AUTH deadline) are logged at most once per
+#: this many seconds per kind, with the number of occurrences: a flood of connections does not flood the log.
+LIMIT_LOG_INTERVAL = 10.0
+#: What a connection reads ahead of the request it is serving: its StreamReader stops reading past twice this, and
+#: its socket's receive buffer is this size (the kernel doubles it), so one recv brings at most that much. Requests
+#: are small (AUTH about 1 KiB, the largest 1 MiB, read in pieces), so this bounds the memory a client costs
+#: whatever it sends, without slowing anything: a connection's traffic is in its replies.
+READ_BUFFER = 16 << 10
+#: A connection without a session can be closed to make room for a new one only once it has been without one for
+#: this long: a flood arriving faster than clients can send PING and AUTH would otherwise close every newcomer (the
+#: newest is then refused instead, and the client retries).
+EVICTION_GRACE = 1.0
+
+
+class ThrottledLog:
+    """One log line per kind and interval, counting the occurrences it stands for."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        #: kind -> (occurrences since the last line, level, latest message)
+        self._pending: dict[str, tuple[int, int, str]] = {}
+
+    def note(self, kind: str, level: int, message: str, count: int = 1) -> None:
+        pending = self._pending.pop(kind, (0, level, message))[0] + count
+        now = time.monotonic()
+        if now - self._last.get(kind, -self.interval) >= self.interval:
+            self._emit(kind, level, message, pending, now)
+        else:
+            self._pending[kind] = (pending, level, message)
+
+    def flush(self) -> None:
+        """Logs what the interval held back, once it has passed (the sweeper calls this every second or so)."""
+        now = time.monotonic()
+        for kind, (count, level, message) in list(self._pending.items()):
+            if now - self._last.get(kind, -self.interval) >= self.interval:
+                del self._pending[kind]
+                self._emit(kind, level, message, count, now)
+
+    def _emit(self, kind: str, level: int, message: str, count: int, now: float) -> None:
+        self._last[kind] = now
+        log.log(level, "%s (%d time%s in the last %.0fs)", message, count, "" if count == 1 else "s", self.interval)
 
 
 @dataclass(frozen=True)
 class ServerOptions:
     address: str = "0.0.0.0"
     port: int = 6001
-    #: Connections beyond this are closed as soon as they are accepted.
+    #: Connections open at once. At the limit, a new connection takes the place of the oldest one that has not
+    #: authenticated (so a flood of connections that never authenticate cannot lock clients out); when every open
+    #: connection has authenticated, the new one is closed as soon as it is accepted.
     max_connections: int = 10_000
+    #: The same limit, per remote address.
+    max_connections_per_address: int = 1_000
+    #: A connection without a session (no AUTH yet, or its session was replaced) is closed after this long.
+    auth_timeout: float = 10.0
     #: A connection that sends no request for this long is closed.
     idle_timeout: float = 3600.0
-    #: A request whose payload does not arrive within this long, or whose reply the client does not read within
-    #: this long, closes its connection (a slow or stuck client costs only its own connection).
+    #: A request whose header or payload, once begun, does not arrive within this long, or whose reply the client
+    #: does not read within this long, closes its connection (a slow or stuck client costs only its own connection).
     io_timeout: float = 60.0
     #: Threads running store calls; each holds one store connection.
     store_threads: int = 8
@@ -65,6 +113,13 @@ class RelayServer:
         self.history = HistoryRecorder(self.threads)
         self.notifier: Notifier
         self.connections: set[Connection] = set()
+        #: Open connections per remote address (host), and the connections without a session, oldest first (in
+        #: total and per address): the candidates to close when a connection limit is reached.
+        self._per_address: dict[str, int] = {}
+        self._unauthenticated: dict[Connection, None] = {}
+        self._unauthenticated_by_address: dict[str, dict[Connection, None]] = {}
+        #: Lines about connection limits, throttled (connections report theirs here too).
+        self.limit_log = ThrottledLog(LIMIT_LOG_INTERVAL)
         self._tasks: dict[Connection, asyncio.Task[None]] = {}
         self._by_client: dict[int, Connection] = {}
         self._auth_locks = [asyncio.Lock() for _ in range(_AUTH_LOCKS)]
@@ -88,8 +143,17 @@ class RelayServer:
         await self.notifier.start()
         self.history.start()
         self._listener = await asyncio.start_server(
-            self._accept, self.options.address, self.options.port, reuse_address=True, backlog=1024
+            self._accept,
+            self.options.address,
+            self.options.port,
+            reuse_address=True,
+            backlog=1024,
+            limit=READ_BUFFER,
         )
+        for sock in self._listener.sockets:
+            # Accepted sockets inherit it: requests are small, and what a client sends ahead is kept by TCP, not here.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, READ_BUFFER)
         self._process_info = relayprocess.ProcessInfo(
             socket.gethostname(),
             os.getpid(),
@@ -171,24 +235,111 @@ class RelayServer:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.stopping or len(self.connections) >= self.options.max_connections:
-            log.warning(
-                "refusing a connection from %s: %d connections open",
-                writer.get_extra_info("peername"),
-                len(self.connections),
-            )
+        # drain() then returns only once the whole reply is with TCP, which is when a POLL or FETCH reply counts as
+        # delivered (Connection.serve); a client reads a reply whole before its next request, so nothing waits more.
+        writer.transport.set_write_buffer_limits(high=0)
+        conn = Connection(self, reader, writer)
+        if self.stopping or not self._admit(conn):
             writer.close()
             return
-        conn = Connection(self, reader, writer)
-        self.connections.add(conn)
         task = asyncio.current_task()
         assert task is not None
         self._tasks[conn] = task
         try:
             await conn.serve()
         finally:
-            self.connections.discard(conn)
+            self._release(conn)
             self._tasks.pop(conn, None)
+
+    def _admit(self, conn: Connection) -> bool:
+        """Counts ``conn`` in, making room under the limits by closing the oldest connections without a session;
+        False (refused) when every connection under a full limit has a session."""
+        options = self.options
+        host = conn.host
+        if self._per_address.get(host, 0) >= options.max_connections_per_address:
+            if not self._close_oldest_unauthenticated(self._unauthenticated_by_address.get(host, {})):
+                self.limit_log.note(
+                    "address-refused",
+                    logging.WARNING,
+                    f"refusing connections from {host}: {options.max_connections_per_address} connections from it "
+                    f"are open (--max-connections-per-address), none without a session for over {EVICTION_GRACE:g}s",
+                )
+                return False
+            self.limit_log.note(
+                "address-evicted",
+                logging.WARNING,
+                f"{options.max_connections_per_address} connections from {host} are open "
+                "(--max-connections-per-address): closing the oldest unauthenticated one for each new one",
+            )
+        if len(self.connections) >= options.max_connections:
+            if not self._close_oldest_unauthenticated(self._unauthenticated):
+                self.limit_log.note(
+                    "total-refused",
+                    logging.WARNING,
+                    f"refusing connections: {options.max_connections} connections are open (--max-connections), "
+                    f"none without a session for over {EVICTION_GRACE:g}s",
+                )
+                return False
+            self.limit_log.note(
+                "total-evicted",
+                logging.WARNING,
+                f"{options.max_connections} connections are open (--max-connections): closing the oldest "
+                "unauthenticated one for each new one",
+            )
+        self.connections.add(conn)
+        self._per_address[host] = self._per_address.get(host, 0) + 1
+        self.unauthenticated(conn)
+        return True
+
+    def _close_oldest_unauthenticated(self, candidates: dict[Connection, None]) -> bool:
+        # Oldest first, so the AUTH deadlines (all auth_timeout after the connection lost or lacked its session)
+        # come in order: the first one within its grace ends the search.
+        youngest_deadline = self.loop.time() + self.options.auth_timeout - EVICTION_GRACE
+        for conn in candidates:
+            if conn.auth_deadline is not None and conn.auth_deadline > youngest_deadline:
+                return False
+            if not conn.authenticating:  # an AUTH under way is about to end that state: leave it be
+                self._close_now(conn)
+                return True
+        return False
+
+    def _close_now(self, conn: Connection) -> None:
+        self._release(conn)  # counted out at once: its task ends at its next await
+        conn.closing = True
+        task = self._tasks.get(conn)
+        if task is not None:
+            task.cancel()
+
+    def _release(self, conn: Connection) -> None:
+        """Counts a connection out (once: eviction and the end of its task both call this)."""
+        if conn not in self.connections:
+            return
+        self.connections.discard(conn)
+        self.authenticated(conn)
+        left = self._per_address[conn.host] - 1
+        if left:
+            self._per_address[conn.host] = left
+        else:
+            del self._per_address[conn.host]
+
+    def authenticated(self, conn: Connection) -> None:
+        """``conn`` holds a session: it no longer has an AUTH deadline, nor can it be closed to make room."""
+        conn.auth_deadline = None
+        self._unauthenticated.pop(conn, None)
+        same_host = self._unauthenticated_by_address.get(conn.host)
+        if same_host is not None:
+            same_host.pop(conn, None)
+            if not same_host:
+                del self._unauthenticated_by_address[conn.host]
+
+    def unauthenticated(self, conn: Connection) -> None:
+        """``conn`` has no session (new, or its session was replaced): it must AUTH within ``auth_timeout``."""
+        if conn not in self.connections:
+            return
+        conn.auth_deadline = self.loop.time() + self.options.auth_timeout
+        conn.unauthenticated_requests = 0
+        self._unauthenticated[conn] = None
+        self._unauthenticated_by_address.setdefault(conn.host, {})[conn] = None
 
     def register(self, conn: Connection, client_id: int) -> None:
         """``conn`` now holds the session of ``client_id``: an older connection of that client is closed."""
@@ -293,10 +444,29 @@ class RelayServer:
     async def _sweep(self) -> None:
         """Closes idle connections and those stuck mid-request (a slow client costs only its own connection)."""
         options = self.options
-        interval = max(0.05, min(1.0, options.idle_timeout / 4, options.io_timeout / 4))
+        interval = max(0.05, min(1.0, options.idle_timeout / 4, options.io_timeout / 4, options.auth_timeout / 4))
         while True:
             await asyncio.sleep(interval)
             now = self.loop.time()
+            # Oldest first: the first one whose AUTH deadline is still ahead ends the scan (an AUTH under way is
+            # left to finish; a refused one leaves the connection here for the next sweep).
+            late = []
+            for conn in self._unauthenticated:
+                deadline = conn.auth_deadline
+                if deadline is not None and now <= deadline:
+                    break
+                if not conn.authenticating:
+                    late.append(conn)
+            for conn in late:
+                self._close_now(conn)
+            if late:
+                self.limit_log.note(
+                    "auth-timeout",
+                    logging.INFO,
+                    f"closed connections that did not authenticate within {options.auth_timeout:g}s",
+                    len(late),
+                )
+            self.limit_log.flush()
             for conn in list(self.connections):
                 limit = {IDLE: options.idle_timeout, READING: options.io_timeout, WRITING: options.io_timeout}.get(
                     conn.state

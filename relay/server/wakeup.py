@@ -53,12 +53,13 @@ class Waiter:
 
 
 class Notifier:
-    """The common part: waiters and the generation number."""
+    """The common part: waiters, the generation number, and the task that watches the store."""
 
     def __init__(self) -> None:
         self.generation = 0
         self._waiters: set[Waiter] = set()
         self._stopped = False
+        self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Begins watching the store."""
@@ -67,6 +68,10 @@ class Notifier:
         """Stops watching and wakes every waiter (the server is shutting down)."""
         self._stopped = True
         self._wake_all()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
     def _wake_all(self) -> None:
         self.generation += 1
@@ -97,15 +102,15 @@ class PostgresNotifier(Notifier):
         super().__init__()
         self._on_session = on_session
         self._conn: Any = None
-        self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._connect)
-        loop.add_reader(self._conn.fileno(), self._on_readable)
+        conn = await loop.run_in_executor(None, self._connect)
+        loop.add_reader(conn.fileno(), self._on_readable)
         self._task = asyncio.create_task(self._supervise(), name="relay-listen")
 
-    def _connect(self) -> None:
+    def _connect(self) -> Any:
+        """Opens the LISTEN connection (kept as ``_conn``) and returns it."""
         import psycopg2
         import psycopg2.extensions
 
@@ -119,6 +124,7 @@ class PostgresNotifier(Notifier):
             cursor.execute(f"LISTEN {QUEUE_CHANNEL}")
             cursor.execute(f"LISTEN {SESSION_CHANNEL}")
         self._conn = conn
+        return conn
 
     def _on_readable(self) -> None:
         conn = self._conn
@@ -171,12 +177,12 @@ class PostgresNotifier(Notifier):
         while not self._stopped:
             if self._conn is None:
                 try:
-                    await loop.run_in_executor(None, self._connect)
+                    conn = await loop.run_in_executor(None, self._connect)
                 except Exception as exc:  # noqa: BLE001 - retried; waiters fall back to SAFETY_INTERVAL
                     log.warning("cannot LISTEN %s: %s; retrying", QUEUE_CHANNEL, exc)
                     await asyncio.sleep(_RECONNECT_DELAY)
                     continue
-                loop.add_reader(self._conn.fileno(), self._on_readable)
+                loop.add_reader(conn.fileno(), self._on_readable)
                 self._wake_all()
             # Nothing to do until the connection drops; check now and then that it still lives.
             await asyncio.sleep(_RECONNECT_DELAY)
@@ -185,10 +191,6 @@ class PostgresNotifier(Notifier):
 
     async def stop(self) -> None:
         await super().stop()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
         self._drop()
 
 
@@ -199,7 +201,6 @@ class PollingNotifier(Notifier):
         super().__init__()
         self._threads = threads
         self._interval = interval
-        self._task: asyncio.Task[None] | None = None
 
     def _waiter_added(self) -> None:
         if self._task is None or self._task.done():
@@ -219,13 +220,6 @@ class PollingNotifier(Notifier):
             for waiter in waiters:
                 if lasts.get(waiter.client_id, 0) > waiter.seen_last:
                     waiter.event.set()
-
-    async def stop(self) -> None:
-        await super().stop()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
 
 def make_notifier(threads: StoreThreads, on_session: SessionCallback | None = None) -> Notifier:

@@ -14,7 +14,7 @@ The names below are the API the other packages call (``from relay import store``
 """
 
 from relay.store.errors import StoreError
-from relay.store.filters import add_filter, filters_signature, remove_filter
+from relay.store.filters import add_filter, bump_filter_version, filter_version, remove_filter
 from relay.store.gc import collect_garbage
 from relay.store.queues import (
     HISTORY_LENGTH,
@@ -53,13 +53,14 @@ __all__ = [
     "ack_session",
     "add_filter",
     "advance_head",
+    "bump_filter_version",
     "change_ids_at",
     "client_status",
     "close_session",
     "collect_garbage",
     "delete_client",
     "entry_change_ids",
-    "filters_signature",
+    "filter_version",
     "last_seqs",
     "new_token",
     "open_session",

@@ -1,11 +1,39 @@
-"""A client's filters: what it subscribes to (event mask, schema, table) and its queue's limit and discard policy."""
+"""A client's filters: what it subscribes to (event mask, schema, table) and its queue's limit and discard policy.
+
+**The subscription point is exact.** Every filter write (ADDFILTER, REMOVEFILTER, an admin edit or delete, a client's
+deletion) bumps :class:`~relay.models.FilterVersion` in its own transaction, through the model signals connected
+below, so no path that writes a filter can miss it. The worker reads the version inside each batch's transaction,
+before it routes the batch, and reloads its filters when the version moved. The worker reads a row change only after
+the source committed it; so a change committed on the source after a filter write's reply was read after that write
+committed, and is routed by the new filters: nothing committed after ADDFILTER's reply is missed.
+
+**Bounded.** Patterns and filters per client are capped (the limits below; clients in relay/store/sessions.py), each
+with an error that says which, so that one client cannot make matching or routing expensive for the others.
+"""
 
 from __future__ import annotations
 
-from django.db.models import Max
+from typing import Any
 
-from relay.models import Filter
+from django.db import connection, transaction
+from django.db.models.signals import post_delete, post_save
+
+from relay.models import DiscardPolicy, Filter, FilterVersion
 from relay.store.errors import StoreError
+from relay.store.sql import table
+
+#: The longest schema or table pattern: MySQL's names have at most 64 characters, and a pattern of wildcards has no
+#: reason to be longer than a few names.
+MAX_PATTERN_LENGTH = 255
+#: Filters per client: a client that needs more subscribes with wildcards.
+MAX_FILTERS_PER_CLIENT = 1_000
+
+
+def check_pattern(what: str, pattern: str) -> None:
+    if not pattern:
+        raise StoreError(f"{what} must not be empty")
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise StoreError(f"{what} is {len(pattern)} characters, the limit is {MAX_PATTERN_LENGTH}")
 
 
 def add_filter(
@@ -14,32 +42,54 @@ def add_filter(
     """Adds a filter; the same (mask, schema, table) again only updates its limit and policy."""
     if not 1 <= event_mask <= 7:
         raise StoreError(f"event mask {event_mask} is not a combination of 1 (insert), 2 (update), 4 (delete)")
-    if discard_policy not in (0, 1, 2):
-        raise StoreError(f"discard policy {discard_policy} is not 0, 1 or 2")
-    if not schema_name or not table_name:
-        raise StoreError("schema and table names must not be empty")
-    spec, _ = Filter.objects.update_or_create(
-        client_id=client_id,
-        event_mask=event_mask,
-        schema_name=schema_name,
-        table_name=table_name,
-        defaults={"queue_limit": queue_limit, "discard_policy": discard_policy},
-    )
+    if discard_policy not in DiscardPolicy.values:
+        raise StoreError(f"discard policy {discard_policy} is not one of {', '.join(map(str, DiscardPolicy.values))}")
+    check_pattern("schema name", schema_name)
+    check_pattern("table name", table_name)
+    with transaction.atomic():
+        spec = Filter.objects.filter(
+            client_id=client_id, event_mask=event_mask, schema_name=schema_name, table_name=table_name
+        ).first()
+        if spec is None:
+            if Filter.objects.filter(client_id=client_id).count() >= MAX_FILTERS_PER_CLIENT:
+                raise StoreError(f"the client has {MAX_FILTERS_PER_CLIENT} filters, the limit; remove one first")
+            spec = Filter(client_id=client_id, event_mask=event_mask, schema_name=schema_name, table_name=table_name)
+        elif (spec.queue_limit, spec.discard_policy) == (queue_limit, discard_policy):
+            return spec  # clients re-send their filters on every connect: nothing changed, nothing to reload
+        spec.queue_limit, spec.discard_policy = queue_limit, discard_policy
+        spec.save()
     return spec
 
 
 def remove_filter(client_id: int, event_mask: int, schema_name: str, table_name: str) -> bool:
-    deleted, _ = Filter.objects.filter(
-        client_id=client_id, event_mask=event_mask, schema_name=schema_name, table_name=table_name
-    ).delete()
+    with transaction.atomic():
+        deleted, _ = Filter.objects.filter(
+            client_id=client_id, event_mask=event_mask, schema_name=schema_name, table_name=table_name
+        ).delete()
     return deleted > 0
 
 
-def filters_signature() -> tuple[int, int, int]:
-    """Changes whenever a filter is added, removed or updated: the worker reloads its index then."""
-    from django.db.models import Count, Sum
+def filter_version() -> int:
+    """The current filter version: read by the worker inside each batch's transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT version FROM {table(FilterVersion)} WHERE id = 1")
+        row = cursor.fetchone()
+    return 0 if row is None else int(row[0])
 
-    stats = Filter.objects.aggregate(
-        count=Count("id"), top=Max("id"), limits=Sum("queue_limit"), policies=Sum("discard_policy")
-    )
-    return (stats["count"] or 0, stats["top"] or 0, hash((stats["limits"], stats["policies"])))
+
+def bump_filter_version() -> None:
+    """Moves the filter version on, in the caller's transaction (the row exists from the migration on)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table(FilterVersion)} SET version = version + 1 WHERE id = 1")
+        if cursor.rowcount == 0:  # a store whose row was deleted by hand: recreate it rather than stay unversioned
+            FilterVersion.objects.get_or_create(id=1, defaults={"version": 1})
+
+
+def _filter_written(sender: Any, **kwargs: Any) -> None:
+    bump_filter_version()
+
+
+# Signals rather than calls in each writer: the admin's forms, inlines and bulk deletes and the cascade of a client's
+# deletion all save or delete Filter rows through the ORM, and every one of them must move the version.
+post_save.connect(_filter_written, sender=Filter, dispatch_uid="relay.store.filters.saved")
+post_delete.connect(_filter_written, sender=Filter, dispatch_uid="relay.store.filters.deleted")

@@ -28,8 +28,11 @@ from typing import Any
 
 from binlog.changes import NOT_PRESENT
 from clientproto import ABSENT, decode_columns, encode_columns
+from clientproto.records import InValue
 
 Value = str | bytes | None
+#: A column as the clientproto encoders take it: (name, before, after).
+WireColumn = tuple[str, InValue, InValue]
 
 #: The first character of the record form (a JSON form starts with ``{``).
 RECORD_FORM = "W"
@@ -217,3 +220,48 @@ def text_of(value: Value | _Missing, *, null: str = "NULL") -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "surrogateescape")
     return value  # type: ignore[return-value]
+
+
+# -- into the wire's column tuples ------------------------------------------------------------------------------
+
+
+def _text_bytes(value: str) -> bytes:
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        # A badly encoded source column can leave lone surrogates in the stored text: send their raw bytes back
+        # (surrogateescape) or, failing that, their UTF-8-like form, rather than failing the whole delivery.
+        try:
+            return value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass")
+
+
+def _wire_value(value: object) -> InValue:
+    if value is None:
+        return None
+    if type(value) is str:
+        return _text_bytes(value)
+    if isinstance(value, dict):
+        if "x" in value:
+            return base64.b64decode(value["x"])
+        return ABSENT  # {"m": 1}: left out of a partial row image
+    return _text_bytes(str(value))
+
+
+def wire_columns(data: str) -> list[WireColumn]:
+    """The (name, before, after) tuples of a stored change as the clientproto encoders take them, in ordinal order:
+    bytes for a value, None for SQL NULL, ABSENT for an image the event does not carry or a column a partial row
+    image left out (POLL, POLLV2, and FETCH of a change kept in the JSON form)."""
+    raw = record_columns(data)
+    if raw is not None:
+        return decode_columns(raw)  # type: ignore[return-value]
+    parsed = json.loads(data)
+    names: list[str] = parsed["c"]
+    before = parsed["b"]
+    after = parsed["a"]
+    if before is None:
+        return [(name, ABSENT, _wire_value(value)) for name, value in zip(names, after or (), strict=False)]
+    if after is None:
+        return [(name, _wire_value(value), ABSENT) for name, value in zip(names, before, strict=False)]
+    return [(name, _wire_value(b), _wire_value(a)) for name, b, a in zip(names, before, after, strict=False)]

@@ -5,7 +5,7 @@ random token, and a newer session of a name replaces the older one in every rela
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,12 +18,22 @@ from relay.store.channels import SESSION_CHANNEL
 from relay.store.errors import StoreError
 from relay.store.sql import table
 
+#: Registered clients (names that ever authenticated and were not deleted): each costs a row per batch in the
+#: worker's routing, so their number is bounded.
+MAX_CLIENTS = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class Session:
     client_id: int
     token: int
     name: str
+
+
+def check_client_capacity(name: str) -> None:
+    """Refuses a new client name once :data:`MAX_CLIENTS` are registered (a known name always gets in)."""
+    if Client.objects.count() >= MAX_CLIENTS and not Client.objects.filter(name=name).exists():
+        raise StoreError(f"{MAX_CLIENTS} clients are registered, the limit; delete unused clients in the admin")
 
 
 def new_token() -> int:
@@ -40,6 +50,7 @@ def open_session(name: str, remote_address: str = "", relay_process_id: int | No
     if not name:
         raise StoreError("client name is empty")
     now = timezone.now()
+    check_client_capacity(name)
     with transaction.atomic():
         # A write first: on SQLite a transaction that reads before it writes cannot wait for the write lock (the
         # upgrade fails at once with "database is locked" while the worker commits); a write waits its turn.
@@ -92,8 +103,12 @@ def client_status(client_id: int) -> dict[str, Any] | None:
     client = Client.objects.filter(id=client_id).values("name", "acked_seq", "delivered_seq", "served").first()
     if client is None:
         return None
-    state = QueueState.objects.filter(client_id=client_id).values("last_seq", "discarded", "max_queue").first() or {}
-    checkpoint = Checkpoint.objects.order_by("-updated").values("binlog_file", "binlog_pos").first() or {}
+    state: Mapping[str, Any] = (
+        QueueState.objects.filter(client_id=client_id).values("last_seq", "discarded", "max_queue").first() or {}
+    )
+    checkpoint: Mapping[str, Any] = (
+        Checkpoint.objects.order_by("-updated").values("binlog_file", "binlog_pos").first() or {}
+    )
     filters = list(
         Filter.objects.filter(client_id=client_id)
         .order_by("id")

@@ -71,3 +71,17 @@ def unix_time(value: int | None) -> str:
     if value is None:
         return "\u2013"
     return datetime.fromtimestamp(int(value), UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@register.filter
+def num(value: float | int | None, decimals: int = 0) -> str:
+    """A number with thousands separators (12,345; 0.62 with ``num:2``); an en dash for None."""
+    if value is None or value == "":
+        return "\u2013"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if decimals == 0 and number.is_integer():
+        return f"{int(number):,}"
+    return f"{number:,.{int(decimals)}f}"

@@ -11,7 +11,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from relay.web import dashboard, forms, schemalist, tableusage
+from relay.store import rowcodec
+from relay.web import dashboard, forms, health, schemalist, tableusage
 from relay.worker.usage import WindowCounts
 
 View = Callable[..., HttpResponse]
@@ -69,12 +70,17 @@ def overview_data(data: dashboard.Overview) -> dict[str, Any]:
                     "hostname": worker.hostname,
                     "started": _time(worker.started),
                     "heartbeat": _time(worker.heartbeat),
-                    "heartbeat_age_seconds": source.heartbeat_age,
+                    "report_age_seconds": source.report_age,
+                    "reporting": source.reporting,
                     "rows": worker.rows,
                     "rows_since_start": worker.rows_since_start,
                     "transactions": worker.transactions,
                     "reconnects": worker.reconnects,
-                    "lag_seconds": worker.lag_seconds,
+                    "lag_seconds": source.lag,
+                    "lag_at_last_report_seconds": worker.lag_seconds,
+                    "source_timestamp": _time(worker.source_timestamp),
+                    "caught_up": _time(worker.caught_up),
+                    "heartbeat_seconds": worker.heartbeat_seconds,
                     "source_file": worker.source_file,
                     "source_pos": worker.source_pos,
                     "last_error": worker.last_error,
@@ -92,8 +98,20 @@ def overview_data(data: dashboard.Overview) -> dict[str, Any]:
                 "events_total": source.events_total,
             }
         )
+    backlog = data.backlog
     return {
         "now": _time(data.now),
+        "health": health.of_overview(data).as_json(),
+        "backlog": None
+        if backlog is None
+        else {
+            "total": backlog.total,
+            "by_size": [_backlog_client(row) for row in backlog.by_size],
+            "by_oldest_entry_age": [_backlog_client(row) for row in backlog.by_age],
+            "disconnected_with_backlog": [_backlog_client(row) for row in backlog.disconnected],
+            "discarding_last_hour": [_backlog_client(row) for row in backlog.discarding],
+            "discards_last_hour": backlog.discards_last_hour,
+        },
         "started": _time(data.started),
         "protocol_version": data.protocol_version_text,
         "clients": data.clients,
@@ -118,6 +136,17 @@ def overview_data(data: dashboard.Overview) -> dict[str, Any]:
     }
 
 
+def _backlog_client(row: dashboard.ClientRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "status": row.status,
+        "queue": row.queue,
+        "oldest_entry_age_seconds": row.oldest_age,
+        "discards_last_hour": row.discards_last_hour,
+    }
+
+
 def client_data(row: dashboard.ClientRow) -> dict[str, Any]:
     return {
         "id": row.id,
@@ -136,6 +165,10 @@ def client_data(row: dashboard.ClientRow) -> dict[str, Any]:
         "acked_seq": row.acked_seq,
         "delivered_seq": row.delivered_seq,
         "last_seq": row.last_seq,
+        "oldest_entry_timestamp": row.oldest_timestamp,
+        "oldest_entry_age_seconds": row.oldest_age,
+        "discards_last_hour": row.discards_last_hour,
+        "delivery_rate_per_second": row.delivery_rate,
         "filters": [
             {
                 "schema": f.schema_name,
@@ -145,6 +178,8 @@ def client_data(row: dashboard.ClientRow) -> dict[str, Any]:
                 "queue_limit": f.queue_limit,
                 "discard_policy": f.discard_policy,
                 "discard_policy_name": f.policy,
+                "discarded": f.discarded,
+                "last_discard": f.last_discard.isoformat() if f.last_discard else None,
             }
             for f in row.filters
         ],
@@ -162,10 +197,37 @@ def client_data(row: dashboard.ClientRow) -> dict[str, Any]:
     }
 
 
-def _value(value: dashboard.ShownValue) -> str | None:
-    if value.css == "null":
-        return None
-    return value.text
+# The API's own limits on one column value: far above the page's (which cuts for display), so a script gets whole
+# values in all but extreme cases, and is told when it did not ("truncated" lists the sides that were cut).
+API_MAX_TEXT = 65_536  # characters
+API_MAX_BYTES = 32_768  # bytes, sent as 0x-prefixed hex
+
+
+def column_data(column: dashboard.HeadColumn) -> dict[str, Any]:
+    """A column's values from the decoded data: absent sides left out, SQL NULL as null, binary as 0x hex."""
+    data: dict[str, Any] = {"name": column.name}
+    truncated = []
+    binary = []
+    for side, value in (("before", column.raw_before), ("after", column.raw_after)):
+        if value is rowcodec.MISSING:
+            continue
+        if value is None:
+            data[side] = None
+        elif isinstance(value, bytes):
+            data[side] = "0x" + value[:API_MAX_BYTES].hex()
+            binary.append(side)
+            if len(value) > API_MAX_BYTES:
+                truncated.append(side)
+        else:
+            text = str(value)
+            data[side] = text[:API_MAX_TEXT]
+            if len(text) > API_MAX_TEXT:
+                truncated.append(side)
+    if binary:
+        data["binary"] = binary
+    if truncated:
+        data["truncated"] = truncated
+    return data
 
 
 def head_data(entry: dashboard.HeadEntry) -> dict[str, Any]:
@@ -181,14 +243,7 @@ def head_data(entry: dashboard.HeadEntry) -> dict[str, Any]:
         "row": change.row_index,
         "timestamp": change.timestamp,
         "gtid": change.gtid,
-        "columns": [
-            {
-                "name": column.name,
-                **({} if column.before.css == "missing" else {"before": _value(column.before)}),
-                **({} if column.after.css == "missing" else {"after": _value(column.after)}),
-            }
-            for column in entry.columns
-        ],
+        "columns": [column_data(column) for column in entry.columns],
     }
 
 
@@ -274,6 +329,6 @@ def schema(request: HttpRequest) -> SafeJsonResponse:
             "count": page.count,
             "page": page.page,
             "pages": page.pages,
-            "tables": [schemalist.table_info(table) for table in page.tables],
+            "tables": [schemalist.table_info(table, versions) for table, versions in page.with_versions],
         }
     )

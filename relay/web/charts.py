@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 
 def nice_ceiling(value: float) -> float:
@@ -41,6 +42,30 @@ def short_value(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
 
 
+def exact_number(value: float) -> str:
+    """With thousands separators, and one decimal only when the value has a fraction: 4,545 and 12.5."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+@dataclass(frozen=True)
+class Tick:
+    percent: float  # position along the axis, 0 at the left (x) or the top (y), for the HTML labels
+    at: float  # the same in SVG coordinates, for the tick line
+    label: str
+
+
+def time_ticks(start: float, end: float, count: int = 5, *, dates: bool = False) -> list[tuple[float, str]]:
+    """``count`` evenly spaced (fraction, label) pairs from ``start`` to ``end`` (unix seconds), in UTC; with
+    ``dates`` the labels carry the day too, so a 24 h axis never reads "19:57 ... 19:57"."""
+    fmt = "%m-%d %H:%M" if dates else "%H:%M"
+    result = []
+    for index in range(count):
+        fraction = index / (count - 1)
+        moment = datetime.fromtimestamp(start + (end - start) * fraction, UTC)
+        result.append((fraction, moment.strftime(fmt)))
+    return result
+
+
 @dataclass(frozen=True)
 class LineChart:
     """A line (with its filled area) over evenly spaced points."""
@@ -55,6 +80,9 @@ class LineChart:
     title: str = ""
     pad: int = 4
     values: str = ""  # the values, comma-separated numbers, for the page script's readout
+    peak: str = ""  # the largest value, exact, with thousands separators
+    x_ticks: list[Tick] = field(default_factory=list)
+    y_ticks: list[Tick] = field(default_factory=list)
 
     @property
     def baseline(self) -> int:
@@ -69,10 +97,19 @@ def line_chart(
     labels: tuple[str, str] = ("", ""),
     title: str = "",
     pad: int = 4,
+    x_ticks: Sequence[tuple[float, str]] = (),
 ) -> LineChart:
+    """``x_ticks`` are (fraction of the width, label) pairs; the y axis gets ticks at 0, half and the top."""
     top = nice_ceiling(max(values, default=0))
     inner_w = width - 2 * pad
     inner_h = height - 2 * pad
+    ticks_x = [Tick(round(100 * f, 2), round(pad + inner_w * f, 1), label) for f, label in x_ticks]
+    ticks_y = [
+        Tick(
+            round(100 * (pad + inner_h * (1 - f)) / height, 2), round(pad + inner_h * (1 - f), 1), exact_number(top * f)
+        )
+        for f in (1.0, 0.5, 0.0)
+    ]
     count = len(values)
     coordinates = []
     for index, value in enumerate(values):
@@ -96,6 +133,9 @@ def line_chart(
         title=title,
         pad=pad,
         values=",".join(short_value(value) for value in values),
+        peak=exact_number(max(values, default=0)),
+        x_ticks=ticks_x,
+        y_ticks=ticks_y,
     )
 
 
@@ -182,6 +222,7 @@ class ColumnChart:
     empty: bool
     labels: tuple[str, str] = ("", "")
     title: str = ""
+    peak: str = ""  # the largest value, exact
 
 
 def column_chart(
@@ -208,4 +249,5 @@ def column_chart(
         empty=not any(value for _, value in items),
         labels=labels,
         title=title,
+        peak=exact_number(max((value for _, value in items), default=0)),
     )

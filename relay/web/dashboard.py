@@ -12,10 +12,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
+from binlog import constants
 from relay import store
 from relay.models import (
     Change,
@@ -25,6 +27,8 @@ from relay.models import (
     EventCount,
     EventKind,
     Filter,
+    LagSample,
+    QueueSample,
     QueueState,
     RelayProcess,
     ServedEvent,
@@ -33,77 +37,37 @@ from relay.models import (
     mask_letters,
 )
 from relay.store import relayprocess, rowcodec
+from relay.web import health
 
 PROTOCOL_VERSION = 0x00010020
 POLLING_SECONDS = 2
 HISTORY_LENGTH = 10
 
-# The original page always lists these eight types, under these names (reference section 5).
-CLASSIC_EVENT_NAMES = {
-    0x02: "QUERY_EVENT",
-    0x04: "ROTATE_EVENT",
-    0x0F: "FORMAT_DESCRIPTION_EVENT",
-    0x10: "XID_EVENT",
-    0x13: "TABLE_MAP_EVENT",
-    0x17: "WRITE_ROW_EVENT_V1",
-    0x18: "UPDATE_ROW_EVENT_V1",
-    0x19: "DELETE_ROW_EVENT_V1",
-}
+# The original page always lists these eight types, in this order (reference section 5).
+CLASSIC_EVENT_TYPES = (
+    constants.QUERY_EVENT,
+    constants.ROTATE_EVENT,
+    constants.FORMAT_DESCRIPTION_EVENT,
+    constants.XID_EVENT,
+    constants.TABLE_MAP_EVENT,
+    constants.WRITE_ROWS_EVENT_V1,
+    constants.UPDATE_ROWS_EVENT_V1,
+    constants.DELETE_ROWS_EVENT_V1,
+)
 
-# Every other type by the name MySQL's and MariaDB's sources give it; anything unknown shows as the original did.
-OTHER_EVENT_NAMES = {
-    0x00: "UNKNOWN_EVENT",
-    0x01: "START_EVENT_V3",
-    0x03: "STOP_EVENT",
-    0x05: "INTVAR_EVENT",
-    0x06: "LOAD_EVENT",
-    0x07: "SLAVE_EVENT",
-    0x08: "CREATE_FILE_EVENT",
-    0x09: "APPEND_BLOCK_EVENT",
-    0x0A: "EXEC_LOAD_EVENT",
-    0x0B: "DELETE_FILE_EVENT",
-    0x0C: "NEW_LOAD_EVENT",
-    0x0D: "RAND_EVENT",
-    0x0E: "USER_VAR_EVENT",
-    0x11: "BEGIN_LOAD_QUERY_EVENT",
-    0x12: "EXECUTE_LOAD_QUERY_EVENT",
-    0x14: "PRE_GA_WRITE_ROWS_EVENT",
-    0x15: "PRE_GA_UPDATE_ROWS_EVENT",
-    0x16: "PRE_GA_DELETE_ROWS_EVENT",
-    0x1A: "INCIDENT_EVENT",
-    0x1B: "HEARTBEAT_LOG_EVENT",
-    0x1C: "IGNORABLE_LOG_EVENT",
-    0x1D: "ROWS_QUERY_LOG_EVENT",
-    0x1E: "WRITE_ROWS_EVENT_V2",
-    0x1F: "UPDATE_ROWS_EVENT_V2",
-    0x20: "DELETE_ROWS_EVENT_V2",
-    0x21: "GTID_LOG_EVENT",
-    0x22: "ANONYMOUS_GTID_LOG_EVENT",
-    0x23: "PREVIOUS_GTIDS_LOG_EVENT",
-    0x24: "TRANSACTION_CONTEXT_EVENT",
-    0x25: "VIEW_CHANGE_EVENT",
-    0x26: "XA_PREPARE_LOG_EVENT",
-    0x27: "PARTIAL_UPDATE_ROWS_EVENT",
-    0x28: "TRANSACTION_PAYLOAD_EVENT",
-    0x29: "HEARTBEAT_LOG_EVENT_V2",
-    0x2A: "GTID_TAGGED_LOG_EVENT",
-    0xA0: "ANNOTATE_ROWS_EVENT",
-    0xA1: "BINLOG_CHECKPOINT_EVENT",
-    0xA2: "GTID_EVENT",
-    0xA3: "GTID_LIST_EVENT",
-    0xA4: "START_ENCRYPTION_EVENT",
-    0xA5: "QUERY_COMPRESSED_EVENT",
-    0xA6: "WRITE_ROWS_COMPRESSED_EVENT_V1",
-    0xA7: "UPDATE_ROWS_COMPRESSED_EVENT_V1",
-    0xA8: "DELETE_ROWS_COMPRESSED_EVENT_V1",
-    0xA9: "WRITE_ROWS_COMPRESSED_EVENT",
-    0xAA: "UPDATE_ROWS_COMPRESSED_EVENT",
-    0xAB: "DELETE_ROWS_COMPRESSED_EVENT",
+# The original page spells the three v1 row events in the singular; every other type shows under the name MySQL's
+# and MariaDB's sources give it (binlog/constants.py), and anything unknown as the original did.
+_ORIGINAL_SPELLINGS = {
+    constants.WRITE_ROWS_EVENT_V1: "WRITE_ROW_EVENT_V1",
+    constants.UPDATE_ROWS_EVENT_V1: "UPDATE_ROW_EVENT_V1",
+    constants.DELETE_ROWS_EVENT_V1: "DELETE_ROW_EVENT_V1",
 }
 
 
 def event_type_name(event_type: int) -> str:
-    return CLASSIC_EVENT_NAMES.get(event_type) or OTHER_EVENT_NAMES.get(event_type) or f"Event #{event_type:02X}"
+    return (
+        _ORIGINAL_SPELLINGS.get(event_type) or constants.EVENT_TYPE_NAMES.get(event_type) or f"Event #{event_type:02X}"
+    )
 
 
 # -- server -------------------------------------------------------------------------------------------------------
@@ -128,7 +92,9 @@ class SourceOverview:
     worker: WorkerStatus | None
     checkpoint: Checkpoint | None
     events: list[EventTypeCount]
-    heartbeat_age: float | None
+    report_age: float | None  # seconds since the worker last reported
+    lag: float | None  # seconds behind the source, computed now (relay/web/health.py)
+    reporting: bool  # the worker reported within its limit (3 heartbeat periods plus a margin)
 
     @property
     def events_total(self) -> int:
@@ -136,7 +102,8 @@ class SourceOverview:
 
     @property
     def up(self) -> bool:
-        return self.worker is not None and self.worker.state == WorkerStatus.State.CONNECTED
+        """Connected by its own account, and still reporting: a stuck worker's stored state says nothing."""
+        return self.worker is not None and self.worker.state == WorkerStatus.State.CONNECTED and self.reporting
 
 
 @dataclass(frozen=True)
@@ -160,6 +127,7 @@ class Overview:
     rows_hour: list[int]  # rows per minute, the last 60 minutes, oldest first
     rows_day: list[float]  # average rows per minute in 10-minute steps, the last 24 h, oldest first
     relay_processes: list[RelayProcessRow] = field(default_factory=list)
+    backlog: Backlog | None = None
 
     protocol_version: int = PROTOCOL_VERSION
 
@@ -174,8 +142,8 @@ class Overview:
 
 def event_counts(counts: dict[int, int]) -> list[EventTypeCount]:
     """The classic eight always, in the original's order, then any other type seen, by code."""
-    listed = [EventTypeCount(code, name, counts.get(code, 0)) for code, name in CLASSIC_EVENT_NAMES.items()]
-    others = sorted(code for code, count in counts.items() if code not in CLASSIC_EVENT_NAMES and count > 0)
+    listed = [EventTypeCount(code, event_type_name(code), counts.get(code, 0)) for code in CLASSIC_EVENT_TYPES]
+    others = sorted(code for code, count in counts.items() if code not in CLASSIC_EVENT_TYPES and count > 0)
     return listed + [EventTypeCount(code, event_type_name(code), counts[code]) for code in others]
 
 
@@ -188,10 +156,22 @@ def source_overviews(now: datetime | None = None) -> list[SourceOverview]:
         counts[source][event_type] = count
     names = sorted(set(workers) | set(checkpoints) | set(counts))
     result = []
+    limits = health.thresholds()
     for name in names:
         worker = workers.get(name)
-        age = (now - worker.heartbeat).total_seconds() if worker and worker.heartbeat else None
-        result.append(SourceOverview(name, worker, checkpoints.get(name), event_counts(counts.get(name, {})), age))
+        reported = health.last_report(worker) if worker else None
+        age = max(0.0, (now - reported).total_seconds()) if reported else None
+        result.append(
+            SourceOverview(
+                name,
+                worker,
+                checkpoints.get(name),
+                event_counts(counts.get(name, {})),
+                age,
+                health.lag(worker, now) if worker else None,
+                worker is not None and age is not None and age <= health.report_limit(worker, limits),
+            )
+        )
     return result
 
 
@@ -244,6 +224,7 @@ def overview(now: datetime | None = None) -> Overview:
         sources=sources,
         rows_hour=[int(value) for value in rows_per_minute(60, now=now.timestamp())],
         rows_day=rows_per_minute(24 * 60, step=10, now=now.timestamp()),
+        backlog=backlog(client_rows(now, with_history=False)),
     )
 
 
@@ -257,6 +238,9 @@ class FilterRow:
     event_mask: int
     queue_limit: int
     discard_policy: int
+    #: Entries this filter's limit and policy dropped, and when it last did (None: never).
+    discarded: int = 0
+    last_discard: datetime | None = None
 
     @property
     def letters(self) -> str:
@@ -301,6 +285,17 @@ class ClientRow:
     last_seq: int
     filters: list[FilterRow] = field(default_factory=list)
     history: list[HistoryItem] = field(default_factory=list)
+    oldest_timestamp: int | None = None  # source time (unix seconds) of the oldest queued entry
+    oldest_age: float | None = None  # seconds from that time to now
+    discards_last_hour: int | None = None  # None: no sample an hour old yet (relay/web/history.py)
+
+    @property
+    def delivery_rate(self) -> float | None:
+        """Events per second over the served history (the last HISTORY_LENGTH events), None with fewer than two."""
+        if len(self.history) < 2:
+            return None
+        span = (self.history[0].served_at - self.history[-1].served_at).total_seconds()
+        return (len(self.history) - 1) / span if span > 0 else None
 
 
 def client_status(connected: bool, last_seen: datetime | None, now: datetime) -> str:
@@ -323,7 +318,15 @@ def history_items(events: list[ServedEvent], now: datetime) -> list[HistoryItem]
     return items
 
 
-def _client_row(client: Client, state: dict[str, int] | None, now: datetime) -> ClientRow:
+class QueueCounts(TypedDict):
+    """A client's QueueState counters, as the client list reads them."""
+
+    last_seq: int
+    max_queue: int
+    discarded: int
+
+
+def _client_row(client: Client, state: QueueCounts | None, now: datetime) -> ClientRow:
     last_seq = state["last_seq"] if state else 0
     return ClientRow(
         id=client.id,
@@ -345,13 +348,31 @@ def _client_row(client: Client, state: dict[str, int] | None, now: datetime) -> 
     )
 
 
-def client_rows(now: datetime | None = None, client_id: int | None = None) -> list[ClientRow]:
-    """Every client (or one), with its filters and served history: four queries whatever the number of clients."""
+def _oldest_entries(rows: dict[int, ClientRow], now: datetime) -> None:
+    """Each backlog's head entry and its source time: one index lookup per client with a backlog, then one query."""
+    heads: dict[int, int] = {}
+    for row in rows.values():
+        if row.queue > 0:
+            change_id = store.change_ids_at(row.id, [row.acked_seq + 1]).get(row.acked_seq + 1)
+            if change_id is not None:
+                heads[row.id] = change_id
+    times = dict(Change.objects.filter(id__in=list(heads.values())).values_list("id", "timestamp"))
+    for cid, change_id in heads.items():
+        if change_id in times:
+            rows[cid].oldest_timestamp = times[change_id]
+            rows[cid].oldest_age = max(0.0, now.timestamp() - times[change_id])
+
+
+def client_rows(
+    now: datetime | None = None, client_id: int | None = None, *, with_history: bool = True
+) -> list[ClientRow]:
+    """Every client (or one), with its filters, served history and the age of its oldest queued entry: a few
+    queries, plus one index lookup per client with a backlog."""
     now = now or timezone.now()
-    clients = Client.objects.select_related("relay_process")
+    selected = Client.objects.select_related("relay_process")
     if client_id is not None:
-        clients = clients.filter(id=client_id)
-    clients = list(clients)
+        selected = selected.filter(id=client_id)
+    clients = list(selected)
     ids = [client.id for client in clients]
     states = {
         row["client_id"]: row
@@ -362,14 +383,116 @@ def client_rows(now: datetime | None = None, client_id: int | None = None) -> li
     rows = {client.id: _client_row(client, states.get(client.id), now) for client in clients}
     for spec in Filter.objects.filter(client_id__in=ids).order_by("client_id", "id"):
         rows[spec.client_id].filters.append(
-            FilterRow(spec.schema_name, spec.table_name, spec.event_mask, spec.queue_limit, spec.discard_policy)
+            FilterRow(
+                spec.schema_name,
+                spec.table_name,
+                spec.event_mask,
+                spec.queue_limit,
+                spec.discard_policy,
+                spec.discarded,
+                spec.last_discard,
+            )
         )
     served: dict[int, list[ServedEvent]] = defaultdict(list)
-    for event in ServedEvent.objects.filter(client_id__in=ids).order_by("client_id", "-served_at", "-id"):
-        served[event.client_id].append(event)
+    if with_history:
+        for event in ServedEvent.objects.filter(client_id__in=ids).order_by("client_id", "-served_at", "-id"):
+            served[event.client_id].append(event)
     for cid, events in served.items():
         rows[cid].history = history_items(events, now)
+    _oldest_entries(rows, now)
+    _discards_last_hour(rows, now)
     return [rows[cid] for cid in ids]
+
+
+def _discards_last_hour(rows: dict[int, ClientRow], now: datetime) -> None:
+    """Discards since the newest sample at least an hour old, or since the oldest sample when none is that old yet
+    (then a lower bound, still true of the last hour). None for a client without any sample
+    (relay/worker/samples.py writes them)."""
+    hour_ago = now - timedelta(hours=1)
+    baseline: dict[int, int] = {}
+    samples = (
+        QueueSample.objects.filter(client_id__in=list(rows), at__gte=hour_ago - timedelta(minutes=5))
+        .order_by("client_id", "at")
+        .values_list("client_id", "at", "discarded")
+    )
+    for cid, at, discarded in samples:
+        if cid not in baseline or at <= hour_ago:
+            baseline[cid] = discarded
+    for cid, discarded in baseline.items():
+        rows[cid].discards_last_hour = max(0, rows[cid].discarded - discarded)
+
+
+@dataclass(frozen=True)
+class Series:
+    """Evenly spaced values from the samples, oldest first; a bin without a sample is 0 and counted in ``missing``."""
+
+    values: list[float]
+    start: float  # unix time of the first bin's start
+    step: int  # seconds per bin
+    missing: int
+
+
+def _binned(points: list[tuple[datetime, float]], now: datetime, seconds: int, step: int) -> Series:
+    """The largest value of each ``step``-second bin over the last ``seconds``: peaks survive the binning."""
+    stamp = now.timestamp()
+    end = stamp - stamp % step + step  # bins on whole steps, the current one last, so tick labels fall on them
+    start = end - seconds
+    bins: list[float | None] = [None] * (seconds // step)
+    for at, value in points:
+        index = int((at.timestamp() - start) // step)
+        if 0 <= index < len(bins):
+            current = bins[index]
+            bins[index] = value if current is None else max(current, value)
+    return Series([value or 0.0 for value in bins], start, step, sum(1 for value in bins if value is None))
+
+
+def queue_history(client_id: int, now: datetime, seconds: int = 24 * 3600, step: int = 600) -> Series:
+    """The client's queue size over time, from the worker's samples (the largest of each bin)."""
+    points = list(
+        QueueSample.objects.filter(client_id=client_id, at__gte=now - timedelta(seconds=seconds)).values_list(
+            "at", "queue"
+        )
+    )
+    return _binned([(at, float(queue)) for at, queue in points], now, seconds, step)
+
+
+def lag_history(source: str, now: datetime, seconds: int, step: int) -> Series:
+    points = list(
+        LagSample.objects.filter(source=source, at__gte=now - timedelta(seconds=seconds)).values_list("at", "lag")
+    )
+    return _binned(points, now, seconds, step)
+
+
+BACKLOG_WORST = 5  # clients listed in each of the overview's "worst" lists
+
+
+@dataclass
+class Backlog:
+    """What is behind: the overview's backlog summary, and the input of the health rule's amber reasons."""
+
+    total: int  # entries queued over all clients
+    by_size: list[ClientRow]  # the largest queues, largest first
+    by_age: list[ClientRow]  # the queues with the oldest head entry, oldest first
+    disconnected: list[ClientRow]  # disconnected clients that still hold a backlog, largest first
+    discarding: list[ClientRow]  # clients that discarded entries in the last hour, most first
+    discards_last_hour: int | None  # over all clients; None when no client has an hour-old sample yet
+
+
+def backlog(rows: list[ClientRow]) -> Backlog:
+    queued = [row for row in rows if row.queue > 0]
+    by_size = sorted(queued, key=lambda row: (-row.queue, row.id))
+    aged = [row for row in queued if row.oldest_age is not None]
+    known = [row.discards_last_hour for row in rows if row.discards_last_hour is not None]
+    return Backlog(
+        total=sum(row.queue for row in rows),
+        by_size=by_size[:BACKLOG_WORST],
+        by_age=sorted(aged, key=lambda row: (-(row.oldest_age or 0.0), row.id))[:BACKLOG_WORST],
+        disconnected=[row for row in by_size if row.status == "DISCONNECTED"],
+        discarding=sorted(
+            (row for row in rows if row.discards_last_hour), key=lambda row: (-(row.discards_last_hour or 0), row.id)
+        ),
+        discards_last_hour=sum(known) if known else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -401,6 +524,10 @@ class HeadColumn:
     name: str
     before: ShownValue
     after: ShownValue
+    # The decoded values themselves (MISSING for an insert's before or a delete's after), for the JSON API, which
+    # builds its answer from data and never from the page's display text.
+    raw_before: rowcodec.Value | object = rowcodec.MISSING
+    raw_after: rowcodec.Value | object = rowcodec.MISSING
 
 
 @dataclass(frozen=True)
@@ -430,11 +557,17 @@ def queue_head(row: ClientRow, limit: int) -> list[HeadEntry]:
             continue
         try:
             columns = [
-                HeadColumn(column.name, shown_value(column.before), shown_value(column.after))
+                HeadColumn(
+                    column.name, shown_value(column.before), shown_value(column.after), column.before, column.after
+                )
                 for column in rowcodec.decode(change.data)
             ]
         except (ValueError, KeyError, TypeError, IndexError):
-            columns = [HeadColumn("(undecodable)", ShownValue(change.data[:MAX_TEXT], ""), shown_value(None))]
+            columns = [
+                HeadColumn(
+                    "(undecodable)", ShownValue(change.data[:MAX_TEXT], ""), shown_value(None), change.data, None
+                )
+            ]
         head.append(HeadEntry(seq, change, columns, seq <= row.delivered_seq))
     return head
 

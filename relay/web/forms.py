@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from django import forms
 from django.http import QueryDict
 
@@ -9,6 +11,18 @@ from relay.web.tableusage import DEFAULT_SORT, SORT_KEYS
 
 MAX_QUERY = 200
 MAX_PAGE = 1_000_000
+
+
+class UsageParams(TypedDict):
+    query: str
+    sort: str
+    page: int
+    per_page: int
+
+
+class SchemaParams(TypedDict):
+    query: str
+    page: int
 
 
 class QueryError(ValueError):
@@ -52,7 +66,7 @@ def _errors(form: forms.Form) -> str:
     return "; ".join(f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in form.errors.items())
 
 
-def usage_params(data: QueryDict) -> dict[str, object]:
+def usage_params(data: QueryDict) -> UsageParams:
     form = UsageQuery(data)
     if not form.is_valid():
         raise QueryError(_errors(form))
@@ -65,7 +79,7 @@ def usage_params(data: QueryDict) -> dict[str, object]:
     }
 
 
-def schema_params(data: QueryDict) -> dict[str, object]:
+def schema_params(data: QueryDict) -> SchemaParams:
     form = SchemaQuery(data)
     if not form.is_valid():
         raise QueryError(_errors(form))

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from relay.models import TableUsage, WorkerStatus
-from relay.web import dashboard
+from relay.web import dashboard, health
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TOKEN_VARIABLE = "RELAY_METRICS_TOKEN"
@@ -64,13 +64,31 @@ class Exposition:
 def render_metrics() -> str:
     now = timezone.now()
     out = Exposition()
+    verdict = health.check()
+    out.family(
+        "relay_healthy",
+        "gauge",
+        "1 when the relay is healthy by the rule /healthz answers with (relay/web/health.py), else 0.",
+        [({}, 1 if verdict.healthy else 0)],
+    )
+    out.family(
+        "relay_health_reason",
+        "gauge",
+        "1 while the health rule gives this reason (level red: unhealthy; amber: degraded), else 0.",
+        [
+            ({"reason": code, "level": level}, 1 if verdict.failing(code) else 0)
+            for code, level in health.REASONS.items()
+        ],
+    )
+    if verdict.failing("store_unreachable"):
+        return out.text()  # nothing else can be read
     sources = dashboard.source_overviews(now)
     workers = [(s.source, s.worker, s) for s in sources if s.worker is not None]
 
     out.family(
         "relay_worker_up",
         "gauge",
-        "1 when the source's binlog worker is connected and streaming.",
+        "1 when the source's binlog worker is connected and still reporting within 3 heartbeat periods.",
         [({"source": name}, 1 if item.up else 0) for name, _, item in workers],
     )
     out.family(
@@ -96,20 +114,28 @@ def render_metrics() -> str:
     out.family(
         "relay_lag_seconds",
         "gauge",
-        "How far the worker is behind the source.",
-        [({"source": name}, worker.lag_seconds) for name, worker, _ in workers if worker.lag_seconds is not None],
+        "Seconds behind the source, computed at scrape time: now minus the source time of the newest event applied "
+        "(or of the last source heartbeat applied), so it grows while the worker is stuck.",
+        [({"source": name}, item.lag) for name, _, item in workers if item.lag is not None],
     )
     out.family(
         "relay_worker_heartbeat_age_seconds",
         "gauge",
         "Seconds since the worker last reported.",
-        [({"source": name}, item.heartbeat_age) for name, _, item in workers if item.heartbeat_age is not None],
+        [({"source": name}, item.report_age) for name, _, item in workers if item.report_age is not None],
     )
     out.family(
         "relay_reconnects_total",
         "counter",
         "Reconnections to the source.",
         [({"source": name}, worker.reconnects) for name, worker, _ in workers],
+    )
+    out.family(
+        "relay_schema_mismatches_total",
+        "counter",
+        "TABLE_MAPs that disagreed with the schema history, and DDL statements it could not read: that table's rows "
+        "went out with positional names (@1, @2...) until the history knew it again.",
+        [({"source": name}, worker.schema_problems) for name, worker, _ in workers],
     )
     out.family(
         "relay_transactions_total",
@@ -178,6 +204,7 @@ def render_metrics() -> str:
         ("relay_pending_acks", "gauge", "Entries delivered and not yet acknowledged.", "pending_acks"),
         ("relay_served_total", "counter", "Events served to the client.", "served"),
         ("relay_discarded_total", "counter", "Entries dropped by the client's discard policy.", "discarded"),
+        ("relay_queue_oldest_age_seconds", "gauge", "Age of the oldest queued entry (source time).", "oldest_age"),
     ):
         out.family(
             name,
@@ -186,6 +213,7 @@ def render_metrics() -> str:
             [
                 (labels, (1 if c.status == "CONNECTED" else 0) if attribute is None else getattr(c, attribute))
                 for labels, c in per_client
+                if attribute is None or getattr(c, attribute) is not None
             ],
         )
     return out.text()

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db.models import F, Max, Min, Q, QuerySet, Sum, Value
+from django.db.models.expressions import OrderBy
 from django.db.models.functions import Concat
 
 from relay.models import ColumnChangeHistory, TableUsage, UsageHistory, UsageMinute
@@ -189,7 +190,7 @@ def _sorted_rows(
     descending = sort.startswith("-")
     if key in _ORDERING:
         fields = _ORDERING[key]
-        order = [f"-{name}" if descending else name for name in fields]
+        order: list[str | OrderBy] = [f"-{name}" if descending else name for name in fields]
         if key != "table":  # ties (often zero) in table order
             order += ["schema_name", "table_name"]
         if key == "last":

@@ -6,22 +6,23 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.contrib.auth.decorators import login_required
-from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from relay.web import charts, dashboard, forms, schemalist, tableusage
+from relay.web import charts, dashboard, forms, health, schemalist, tableusage
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """For load balancers: no login; says whether the store answers."""
+    """For load balancers and probes, without login: 200 when healthy, 503 with the reasons otherwise (the rule is
+    relay/web/health.py). Amber reasons are listed but keep 200. ``?max_lag=``, ``?max_queue_age=`` and
+    ``?max_backlog=`` tighten or loosen the thresholds for this request."""
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        return JsonResponse({"status": "ok"})
-    except Exception as exc:  # noqa: BLE001 - any store failure means unhealthy
-        return JsonResponse({"status": "error", "error": str(exc)}, status=503)
+        limits = health.thresholds(request.GET)
+    except ValueError as exc:
+        return JsonResponse({"status": "error", "error": str(exc)}, status=400)
+    verdict = health.check(limits=limits)
+    return JsonResponse(verdict.as_json(), status=200 if verdict.healthy else 503)
 
 
 def bad_request(request: HttpRequest, message: str) -> HttpResponse:
@@ -29,23 +30,61 @@ def bad_request(request: HttpRequest, message: str) -> HttpResponse:
 
 
 def _clock(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%H:%M")
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%H:%M UTC")
+
+
+def _series_chart(series: dashboard.Series, title: str) -> charts.LineChart:
+    end = series.start + series.step * len(series.values)
+    if series.missing == len(series.values):
+        note = " (no samples yet: the worker writes one a minute)"
+    elif series.missing:
+        note = f" ({series.missing} of {len(series.values)} intervals without a sample, drawn as 0)"
+    else:
+        note = ""
+    return charts.line_chart(
+        series.values,
+        title=title + note,
+        x_ticks=charts.time_ticks(series.start, end, dates=end - series.start > 6 * 3600),
+    )
 
 
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
     data = dashboard.overview()
     now = data.now.timestamp()
+    minute_end = now - now % 60 + 60  # the current minute is the last point
     hour_chart = charts.line_chart(
-        data.rows_hour, labels=(_clock(now - 59 * 60), _clock(now)), title="Rows per minute, last hour"
+        data.rows_hour,
+        title="Rows per minute, last hour",
+        x_ticks=charts.time_ticks(minute_end - 60 * 60, minute_end),
     )
     day_chart = charts.line_chart(
-        data.rows_day, labels=(_clock(now - 24 * 3600), _clock(now)), title="Rows per minute, last 24 hours"
+        data.rows_day,
+        title="Rows per minute (10-minute average), last 24 hours",
+        x_ticks=charts.time_ticks(minute_end - 24 * 3600, minute_end, dates=True),
     )
+    lag_charts = [
+        (
+            source.source,
+            _series_chart(dashboard.lag_history(source.source, data.now, 3600, 60), "Lag, last hour (seconds)"),
+            _series_chart(
+                dashboard.lag_history(source.source, data.now, 24 * 3600, 600), "Lag, last 24 hours (seconds)"
+            ),
+        )
+        for source in data.sources
+        if source.worker is not None
+    ]
     return render(
         request,
         "relay/overview.html",
-        {"overview": data, "hour_chart": hour_chart, "day_chart": day_chart, "section": "overview"},
+        {
+            "overview": data,
+            "health": health.of_overview(data),
+            "hour_chart": hour_chart,
+            "day_chart": day_chart,
+            "lag_charts": lag_charts,
+            "section": "overview",
+        },
     )
 
 
@@ -65,12 +104,11 @@ def client_detail(request: HttpRequest, client_id: int) -> HttpResponse:
     if not rows:
         raise Http404("no such client")
     row = rows[0]
-    buildup = dashboard.queue_buildup(row)
-    chart = charts.line_chart(
-        [size for _, size in buildup],
-        labels=(_clock(buildup[0][0]), _clock(buildup[-1][0])) if buildup else ("", ""),
-        title="Queue build-up: entries queued up to each event, oldest to newest (event times)",
+    now = timezone.now()
+    chart = _series_chart(
+        dashboard.queue_history(row.id, now), "Queue size, last 24 hours (largest in each 10 minutes)"
     )
+    hour_chart = _series_chart(dashboard.queue_history(row.id, now, 3600, 60), "Queue size, last hour")
     return render(
         request,
         "relay/client_detail.html",
@@ -79,6 +117,7 @@ def client_detail(request: HttpRequest, client_id: int) -> HttpResponse:
             "head": dashboard.queue_head(row, head_size),
             "head_size": head_size,
             "queue_chart": chart,
+            "queue_hour_chart": hour_chart,
             "section": "clients",
         },
     )

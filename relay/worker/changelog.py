@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from binlog import NOT_PRESENT, Transaction
+from binlog.constants import KIND_LETTERS, KIND_NAMES
 from relay.config import LoggerConfig
 
 log = logging.getLogger("relay.worker.changelog")
@@ -33,8 +34,6 @@ log = logging.getLogger("relay.worker.changelog")
 BARE_TYPES = frozenset({0, 1, 2, 3, 4, 5, 8, 9})
 # MYSQL_TYPE_TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, BLOB: every BLOB and TEXT column, left out of the text layout.
 BLOB_TYPES = frozenset({249, 250, 251, 252})
-KIND_LETTER = {1: "I", 2: "U", 4: "D"}
-KIND_NAME = {1: "insert", 2: "update", 4: "delete"}
 _QUOTED_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
 
 
@@ -56,7 +55,7 @@ def format_value(value: Any, type_code: int) -> str:
 
 
 def text_line(change: Any, clock: str) -> str:
-    parts = [clock, change.schema, change.table, KIND_LETTER[change.kind]]
+    parts = [clock, change.schema, change.table, KIND_LETTERS[change.kind]]
     columns = change.table_info.columns
     before, after = change.before, change.after
     for index, name in enumerate(change.columns):
@@ -94,7 +93,7 @@ def json_line(change: Any) -> str:
         "gtid": change.gtid,
         "schema": change.schema,
         "table": change.table,
-        "type": KIND_NAME[change.kind],
+        "type": KIND_NAMES[change.kind],
         "before": json_image(change.columns, change.before),
         "after": json_image(change.columns, change.after),
     }

@@ -9,9 +9,11 @@ resumes at the checkpoint with nothing lost and nothing queued twice.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection
 from django.db.models import F, Value
@@ -19,12 +21,14 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from binlog.changes import Transaction
-from binlog.table import TableInfo
+from binlog.schemahistory import SchemaHistory
+from binlog.table import ColumnInfo, TableInfo
 from relay.models import (
     MAX_RUN,
     Change,
     Checkpoint,
     Client,
+    DiscardPolicy,
     EventCount,
     Filter,
     QueueEntry,
@@ -35,9 +39,13 @@ from relay.models import (
 )
 from relay.store import rowcodec
 from relay.store.channels import QUEUE_CHANNEL
+from relay.store.filters import filter_version
+from relay.store.schemahistory import StoreHistory
 from relay.worker import bulk
 from relay.worker.filterindex import FilterIndex, FilterSpec
 from relay.worker.usage import UsageTally
+
+log = logging.getLogger("relay.worker")
 
 
 @dataclass
@@ -93,20 +101,49 @@ def load_filter_index() -> FilterIndex:
 
 
 class Ingestor:
-    def __init__(self, source: str, index: FilterIndex | None = None) -> None:
+    def __init__(self, source: str) -> None:
         self.source = source
-        self.index = index if index is not None else load_filter_index()
+        self.filter_version: int | None = None  # of the loaded index; None: not loaded yet
+        self.index = FilterIndex(())
         self._recorded_layouts: dict[tuple[str, str], int] = {}  # table -> layout signature
+        # The source's schema history (binlog.schemahistory), when the worker follows DDL: the versions its DDL made
+        # are written with the checkpoint of their batch.
+        self.history: SchemaHistory | None = None
 
-    def reload_filters(self) -> None:
+    def refresh_filters(self) -> bool:
+        """Reloads the filter index if a filter was written since it was loaded; True if it was.
+
+        Called inside the batch's transaction, before routing: that read sees every filter write committed before
+        the batch's changes were read from the source (relay/store/filters.py explains why that makes the
+        subscription point exact).
+        """
+        version = filter_version()
+        if version == self.filter_version:
+            return False
         self.index = load_filter_index()
+        self.filter_version = version
+        return True
 
-    def apply(self, transactions: Sequence[Transaction], *, checkpoint: bool = True) -> BatchResult:
-        """Writes a batch; the caller holds the database transaction (``transaction.atomic``)."""
+    def apply(
+        self,
+        transactions: Sequence[Transaction],
+        *,
+        checkpoint: bool = True,
+        refresh_filters: bool = True,
+        status: Mapping[str, Any] | None = None,
+    ) -> BatchResult:
+        """Writes a batch; the caller holds the database transaction (``transaction.atomic``).
+
+        ``refresh_filters=False`` keeps the filters of the previous call: the later parts of a transaction that
+        comes in parts are routed like its first part. ``status``: more WorkerStatus fields (the worker's state and
+        position), written by the batch's one status update.
+        """
+        if refresh_filters and self.refresh_filters():
+            log.info("filters changed: %d filters loaded (version %s)", len(self.index), self.filter_version)
         changes = [change for tx in transactions for change in tx.changes]
         queues = self._queues_for(changes)
         stored: list[int] = []  # indexes into ``changes`` of the changes some queue keeps
-        discarded = 0
+        by_filter: Counter[int] = Counter()  # entries dropped, by the filter whose limit and policy dropped them
         usage = UsageTally()
         match = self.index.match
         for position, change in enumerate(changes):
@@ -120,12 +157,14 @@ class Ingestor:
                 queue = queues[sub.client_id]
                 size = queue.last - queue.acked
                 if sub.queue_limit > 0 and size >= sub.queue_limit:
-                    if sub.discard_policy == 1:  # unqueue oldest: make room for this one
+                    if sub.discard_policy == DiscardPolicy.UNQUEUE_OLDEST:  # make room for this one
                         dropped = size - sub.queue_limit + 1
                         queue.acked += dropped
                         queue.discarded += dropped
-                    elif sub.discard_policy == 2:  # ignore newest
+                        by_filter[sub.filter_id] += dropped
+                    elif sub.discard_policy == DiscardPolicy.IGNORE_NEWEST:
                         queue.discarded += 1
+                        by_filter[sub.filter_id] += 1
                         continue
                 queue.add(stored_index)
                 kept = True
@@ -136,6 +175,10 @@ class Ingestor:
 
         queued = self._write_queues(changes, queues, stored)
         discarded = sum(queue.discarded for queue in queues.values())
+        if by_filter:
+            moment = timezone.now()
+            for filter_id, count in by_filter.items():
+                Filter.objects.filter(id=filter_id).update(discarded=F("discarded") + count, last_discard=moment)
         usage.write()
         self._record_layouts(changes)
         self._count_events(transactions)
@@ -146,13 +189,16 @@ class Ingestor:
             transactions=F("transactions")
             + sum(1 for tx in transactions if (tx.changes or tx.statements) and not tx.partial),
             heartbeat=timezone.now(),
+            **(status or {}),
         )
         if checkpoint and transactions:
-            position = transactions[-1].position
+            end = transactions[-1].position
             Checkpoint.objects.update_or_create(
                 source=self.source,
-                defaults={"binlog_file": position.file, "binlog_pos": position.pos, "gtid": position.gtid},
+                defaults={"binlog_file": end.file, "binlog_pos": end.pos, "gtid": end.gtid},
             )
+            if self.history is not None:
+                StoreHistory(self.source).save(self.history.take_pending(upto=end))
         if queued and connection.vendor == "postgresql":
             with connection.cursor() as cursor:  # delivered at commit: wakes long-polling relay servers
                 cursor.execute("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
@@ -178,6 +224,7 @@ class Ingestor:
         # An entry the unqueue-oldest policy dropped within this same batch is never written, nor is a change that
         # only such entries pointed at.
         trimmed = [queue.drop_consumed() for queue in queues.values()]
+        live: Sequence[int]
         if any(trimmed):
             live = sorted(
                 {
@@ -271,7 +318,9 @@ class Ingestor:
                 continue
             last_info = info
             key = (info.schema, info.table)
-            signature = hash(tuple((c.name, c.type_name, c.type_code, c.unsigned) for c in info.columns))
+            signature = hash(
+                tuple((c.name, c.type_name, c.type_code, c.unsigned, c.enum_values, c.set_values) for c in info.columns)
+            )
             if self._recorded_layouts.get(key) != signature:
                 seen[key] = (info, signature)
         for key, (info, signature) in seen.items():
@@ -318,6 +367,17 @@ def entry_runs(client_id: int, entries: list[tuple[int, int]]) -> list[tuple[int
     return runs
 
 
+def column_type_text(column: ColumnInfo, limit: int = 255) -> str:
+    """The column's type for the schema page: ENUM and SET with their labels, as MySQL writes them (``enum('a','b')``),
+    cut to ``limit`` characters with a visible mark when the labels are too long."""
+    labels = column.enum_values or column.set_values
+    name = column.type_name or ""
+    if labels:
+        quoted = ",".join("'" + label.replace("'", "''") + "'" for label in labels)
+        name = f"{name}({quoted})"
+    return name if len(name) <= limit else name[: limit - 2] + "…)"
+
+
 def record_table(info: TableInfo) -> None:
     """Keeps the schema page's view of a table: its latest columns and types."""
     table, _ = SchemaTable.objects.update_or_create(
@@ -330,7 +390,7 @@ def record_table(info: TableInfo) -> None:
             table=table,
             ordinal=ordinal,
             name=column.name,
-            type_name=(column.type_name or "")[:255],
+            type_name=column_type_text(column),
             type_code=column.type_code,
             unsigned=bool(column.unsigned),
             nullable=bool(column.nullable),

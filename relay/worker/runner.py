@@ -4,12 +4,20 @@ A reader thread runs the binlog stream and hands transactions over a bounded que
 into batches (bounded by rows and milliseconds) and applies each batch in one database transaction together with the
 checkpoint. A garbage-collector thread deletes consumed entries and unreferenced changes in bounded batches.
 
+A first start (no checkpoint) stores the position it chose (--from, [Server] StartFrom / StartGTID, or the source's
+current position) as the checkpoint before it reads a single event, so a kill at any instant of it loses nothing: the
+next start resumes there. A source that cannot be reached is retried with backoff, a line per attempt, and the stored
+status says "reconnecting"; a store that goes away while running is retried the same way (re-taking the worker lock).
+A source that refuses the user, or lacks a privilege, stops the worker with one line: no retry can fix that.
+
 Exit codes: 0 after SIGTERM/SIGINT (the current batch is committed first), 2 when the checkpoint's binlog has been
-purged from the source (the message names the file and the flag that skips forward), 1 on any other fatal error.
+purged from the source (the message names the file and the flag that skips forward), 1 when the source refuses the
+user or a privilege, and on any other fatal error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -18,21 +26,30 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+import pymysql
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from binlog import BinlogError, BinlogStream, Position, PurgedPositionError, SourceSettings, Transaction
+from binlog import BinlogError, Position, PurgedPositionError, SourceSettings, Transaction
+from binlog.connection import ReplicationConnection
+from binlog.errors import AccessDeniedError, ConnectionLostError
+from binlog.stream import BinlogStream
 from relay import store
 from relay.config import RelayConfig
 from relay.models import Checkpoint, WorkerStatus
+from relay.startup import first_line
+from relay.store.schemahistory import open_history
 from relay.worker import usage
 from relay.worker.changelog import ChangeLog
 from relay.worker.handoff import Empty, RowBoundedHandoff
 from relay.worker.ingest import Ingestor
 from relay.worker.leader import LeaderLock
+from relay.worker.samples import Sampler
 
 Handoff = RowBoundedHandoff["Transaction | BaseException | None"]
 
@@ -48,7 +65,6 @@ class WorkerOptions:
     batch_rows: int = 5_000
     batch_ms: int = 100
     start: Position | None = None  # explicit --from/--from-gtid: wins over the checkpoint
-    filter_check_seconds: float = 0.5
     gc_interval_seconds: float = 2.0
     max_runtime_seconds: float | None = None  # for tests and benchmarks: stop cleanly after this long
     chunk_rows: int = 5_000  # a larger binlog transaction is applied in parts, inside one store transaction
@@ -75,6 +91,25 @@ class _Stop(Exception):
     pass
 
 
+class _StoreLost(Exception):
+    """The store connection (and with it the PostgreSQL worker lock) went away while running."""
+
+
+def _store_errors() -> tuple[type[BaseException], ...]:
+    """What a store that cannot be reached raises: Django's wrappers, and psycopg2's own from the worker lock."""
+    errors: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, _StoreLost)
+    try:
+        import psycopg2
+    except ImportError:  # a SQLite-only installation
+        return errors
+    return (*errors, psycopg2.OperationalError, psycopg2.InterfaceError)
+
+
+# Failures of the first connection to the source that a retry can fix (it is down, restarting, or the network is).
+_SOURCE_UNREACHABLE = (ConnectionLostError, OSError, pymysql.err.OperationalError, pymysql.err.InterfaceError)
+STORE_RETRY_MAX_SECONDS = 30.0
+
+
 class _Restart(Exception):
     def __init__(self, part: Transaction) -> None:
         super().__init__("large transaction restarted")
@@ -87,7 +122,7 @@ class Worker:
         config: RelayConfig,
         options: WorkerOptions | None = None,
         *,
-        stream_factory: Callable[..., Any] = BinlogStream,
+        stream_factory: Callable[..., BinlogStream] = BinlogStream,
     ) -> None:
         self.config = config
         self.options = options or WorkerOptions()
@@ -97,7 +132,13 @@ class Worker:
         self.changelog = ChangeLog(config.logger)
         self._stream: Any = None
         self._checkpoint_at_launch: Position | None = None
+        self._explicit_start_stored = False  # --from is applied once; later runs (after a store outage) resume
         self._standby_reported = 0.0
+        self._last_item_at = 0.0  # when the reader last received anything (a heartbeat at least) from the source
+        self._reported_reconnects = 0
+        self._sampler = Sampler(self.source)
+        # Reported by the schema history in the reader thread (list.append is atomic); written with the next report.
+        self._schema_problems: list[str] = []
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -118,13 +159,39 @@ class Worker:
             return self.stop_requested.is_set() or (deadline is not None and time.monotonic() > deadline)
 
         self._checkpoint_at_launch = self._checkpoint()
-        if not lock.acquire(should_stop, self._report_standby):
-            self._clear_standby()
-            return EXIT_OK
-        try:
-            return self._run_active(should_stop, lock)
-        finally:
-            lock.release()
+        attempt = 0
+        while True:
+            run_started = time.monotonic()
+            try:
+                if not lock.acquire(should_stop, self._report_standby):
+                    self._clear_standby()
+                    return EXIT_OK
+                try:
+                    return self._run_active(should_stop, lock)
+                finally:
+                    lock.release()
+            except _store_errors() as exc:
+                # The store went away: its transaction rolled back, the checkpoint is before it. Wait for the store
+                # and start over from the checkpoint, as a standby first if another worker took the lock meanwhile.
+                with contextlib.suppress(Exception):  # closing a connection to a store that is gone may fail anyhow
+                    connection.close()
+                if should_stop():
+                    log.warning("store unreachable (%s); stopping as asked", first_line(exc))
+                    return EXIT_OK
+                attempt = 1 if time.monotonic() - run_started > 60 else attempt + 1
+                delay = min(0.5 * 2 ** (attempt - 1), STORE_RETRY_MAX_SECONDS)
+                log.warning("store unreachable (%s); attempt %d, retrying in %.1fs", first_line(exc), attempt, delay)
+                if self._pause(delay, should_stop):
+                    return EXIT_OK
+
+    def _pause(self, seconds: float, should_stop: Callable[[], bool]) -> bool:
+        """Sleeps ``seconds``; True when a stop was asked for meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if should_stop():
+                return True
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        return should_stop()
 
     def _report_standby(self) -> None:
         """Logs once, then keeps the standby visible on the dashboard (its heartbeat every few seconds)."""
@@ -156,18 +223,39 @@ class Worker:
             rows_since_start=0,
         )
         usage.reset_since_start()
-        start = self._start_position()
-        log.info("starting at %s", start if start else "the source's current position")
+        try:
+            start = self._start_position(should_stop)
+        except AccessDeniedError as exc:
+            return self._refused(exc)
+        except BinlogError as exc:  # e.g. the source has no binary log: a set-up problem no retry fixes
+            return self._failed(f"cannot start: {exc}")
+        if start is None:  # stopped while waiting for the source
+            self._set_status(WorkerStatus.State.STOPPED)
+            log.info("stopped cleanly")
+            return EXIT_OK
+        log.info("starting at %s", start)
         ingestor = Ingestor(self.source)
-        self._stream = self.stream_factory(source_settings(self.config), start, chunk_rows=self.options.chunk_rows)
+        settings = source_settings(self.config)
+        # Column names of their own time: the schema history follows the stream's DDL (relay/store/schemahistory.py)
+        ingestor.history = open_history(
+            self.source, settings.schema_connect_args(), start, on_problem=self._schema_problems.append
+        )
+        self._stream = self.stream_factory(
+            settings, start, chunk_rows=self.options.chunk_rows, schema_provider=ingestor.history
+        )
         handoff: Handoff = RowBoundedHandoff(max_rows=max(4 * self.options.chunk_rows, self.options.batch_rows))
-        reader = threading.Thread(target=self._read, args=(handoff,), name="binlog-reader", daemon=True)
+        run_over = threading.Event()  # ends this run's reader even when the process goes on (store outage)
+        self._last_item_at = time.monotonic()
+        self._reported_reconnects = 0
+        reader = threading.Thread(target=self._read, args=(handoff, run_over), name="binlog-reader", daemon=True)
         reader.start()
         collector = _GarbageCollector(self.options.gc_interval_seconds)
         collector.start()
         try:
             self._set_status(WorkerStatus.State.CONNECTED)
             self._consume(handoff, ingestor, should_stop, lock)
+        except AccessDeniedError as exc:  # e.g. REPLICATION SLAVE missing: the dump is refused after the position
+            return self._refused(exc)
         except PurgedPositionError as exc:
             message = (
                 f"{exc}. The changes between the checkpoint and the oldest binlog the source still has are lost "
@@ -182,6 +270,7 @@ class Worker:
             self._set_status(WorkerStatus.State.FAILED, last_error=str(exc), last_error_at=timezone.now())
             return EXIT_FAILED
         finally:
+            run_over.set()
             collector.stop()
             self._stream.close()
         self._set_status(WorkerStatus.State.STOPPED)
@@ -194,43 +283,122 @@ class Worker:
             return None
         return Position(checkpoint.binlog_file, checkpoint.binlog_pos, checkpoint.gtid)
 
-    def _start_position(self) -> Position | None:
+    def _start_position(self, should_stop: Callable[[], bool]) -> Position | None:
+        """Where this run starts; None when a stop was asked for while waiting for the source.
+
+        A position chosen here (not read from the checkpoint) is stored as the checkpoint before the stream reads
+        anything: a worker killed before its first batch then resumes at the same place, instead of choosing again
+        (the source's current position would by then be past what was written in between).
+        """
         checkpoint = self._checkpoint()
-        if self.options.start is not None:
+        if self.options.start is not None and not self._explicit_start_stored:
             if checkpoint == self._checkpoint_at_launch:
+                self._store_start(self.options.start, "--from")
+                self._explicit_start_stored = True
                 return self.options.start
             # Another worker moved the checkpoint while this one waited as a standby: --from was meant for the
             # store as it was at launch, and applying it now would replay or skip what that worker did.
             log.warning("the checkpoint moved while on standby (now %s); ignoring --from", checkpoint)
+            self._explicit_start_stored = True
         if checkpoint is not None:
             return checkpoint
         if self.config.source.start_from:
             file, pos = self.config.source.start_from
-            return Position(file, pos)
-        if self.config.source.start_gtid:
-            return Position("", 4, self.config.source.start_gtid)
-        return None
+            chosen, why = Position(file, pos), "[Server] StartFrom"
+        elif self.config.source.start_gtid:
+            chosen, why = Position("", 4, self.config.source.start_gtid), "[Server] StartGTID"
+        else:
+            current = self._source_position(should_stop)
+            if current is None:
+                return None
+            chosen, why = current, "the source's current position"
+        self._store_start(chosen, why)
+        return chosen
+
+    def _store_start(self, position: Position, why: str) -> None:
+        Checkpoint.objects.update_or_create(
+            source=self.source,
+            defaults={"binlog_file": position.file, "binlog_pos": position.pos, "gtid": position.gtid},
+        )
+        log.info("start position %s (%s) stored as the checkpoint", position, why)
+
+    def _source_position(self, should_stop: Callable[[], bool]) -> Position | None:
+        """The source's current position, retried with backoff while the source cannot be reached."""
+        settings = source_settings(self.config)
+        attempt = 0
+        while True:
+            conn = ReplicationConnection(settings)
+            try:
+                conn.connect()
+                return conn.current_position()
+            except AccessDeniedError:
+                raise
+            except _SOURCE_UNREACHABLE as exc:
+                attempt += 1
+                delay = min(settings.reconnect_initial_delay * 2 ** (attempt - 1), settings.reconnect_max_delay)
+                self._source_unreachable(str(exc), f"attempt {attempt}, retrying in {delay:.1f}s")
+                if self._pause(delay, should_stop):
+                    return None
+            finally:
+                conn.close()
+
+    def _source_unreachable(self, error: str, what_next: str) -> None:
+        """One line per attempt, and the stored status says so (for the dashboard and /healthz)."""
+        log.warning("source %s unreachable (%s); %s", self.source, error, what_next)
+        self._set_status(WorkerStatus.State.RECONNECTING, last_error=error, last_error_at=timezone.now())
+
+    def _watch_source(self) -> None:
+        """Called while no transaction arrives: a connected source sends a heartbeat every HeartbeatSeconds, so a
+        longer silence after a new failed attempt means the stream is reconnecting (it logs each attempt itself).
+        The next batch (a heartbeat's at least) sets the state back to connected."""
+        reconnects = getattr(self._stream, "reconnects", 0)
+        silent = time.monotonic() - self._last_item_at > 2 * self.config.source.heartbeat_seconds + 1
+        if silent and reconnects > self._reported_reconnects:
+            self._reported_reconnects = reconnects
+            WorkerStatus.objects.filter(source=self.source).update(
+                state=WorkerStatus.State.RECONNECTING,
+                last_error=getattr(self._stream, "last_error", "") or "",
+                last_error_at=timezone.now(),
+                reconnects=reconnects,
+            )
+
+    def _refused(self, exc: AccessDeniedError) -> int:
+        if exc.privilege:
+            return self._failed(f"stopping: {exc}; grant it to '{exc.user}' on the source, then start again")
+        return self._failed(f"stopping: {exc}; check [Server] Login and Password")
+
+    def _failed(self, message: str) -> int:
+        log.error("%s", message)
+        self._set_status(WorkerStatus.State.FAILED, last_error=message, last_error_at=timezone.now())
+        return EXIT_FAILED
 
     # -- reading and applying -------------------------------------------------------------------------------------
 
-    def _read(self, handoff: Handoff) -> None:
+    def _read(self, handoff: Handoff, run_over: threading.Event) -> None:
+        def hand(item: Transaction | BaseException | None, rows: int) -> bool:
+            while not handoff.put(item, rows, timeout=0.5):
+                if self.stop_requested.is_set() or run_over.is_set():
+                    return False
+            return True
+
         try:
             for tx in self._stream:
+                self._last_item_at = time.monotonic()
                 # Buffered from here on: after a reconnect the stream resumes after it, not at its first start.
                 self._stream.confirm(tx.position)
-                while not handoff.put(tx, len(tx.changes), timeout=0.5):
-                    if self.stop_requested.is_set():
-                        return
+                if not hand(tx, len(tx.changes)):
+                    return
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which decides
-            handoff.put(exc, 0, timeout=3600)
+            hand(exc, 0)
             return
-        handoff.put(None, 0, timeout=3600)
+        hand(None, 0)
 
     def _items(self, handoff: Handoff, timeout: float) -> Iterator[Transaction | None]:
         """Transactions as they come; None when ``timeout`` passes without one."""
         try:
             item = handoff.get(timeout=timeout)
         except Empty:
+            self._watch_source()
             yield None
             return
         if isinstance(item, BaseException):
@@ -249,22 +417,10 @@ class Worker:
         pending: list[Transaction] = []
         pending_rows = 0
         first_at = 0.0
-        last_filter_check = 0.0
-        signature = store.filters_signature()
         batch_seconds = self.options.batch_ms / 1000
         try:
             while True:
                 now = time.monotonic()
-                if now - last_filter_check >= self.options.filter_check_seconds:
-                    last_filter_check = now
-                    current = store.filters_signature()
-                    if current != signature:
-                        if pending:  # the new filters apply from the next batch on, in binlog order
-                            self._flush(ingestor, pending)
-                            pending, pending_rows = [], 0
-                        signature = current
-                        ingestor.reload_filters()
-                        log.info("filters changed: %d filters loaded", len(ingestor.index))
                 if should_stop():
                     break
                 wait = batch_seconds - (now - first_at) if pending else 0.25
@@ -289,7 +445,7 @@ class Worker:
                     or time.monotonic() - first_at >= batch_seconds
                 ):
                     if not lock.still_held():
-                        raise BinlogError("lost the worker lock (store connection gone); stopping")
+                        raise _StoreLost("lost the worker lock (store connection gone)")
                     self._flush(ingestor, pending)
                     pending, pending_rows = [], 0
         except _Stop:
@@ -319,7 +475,12 @@ class Worker:
                 rows = 0
                 with transaction.atomic():
                     while True:
-                        ingestor.apply([part], checkpoint=not part.partial)
+                        ingestor.apply(
+                            [part],
+                            checkpoint=not part.partial,
+                            refresh_filters=part.part == 0,
+                            status=None if part.partial else self._progress(part),
+                        )
                         self.changelog.write([part])
                         rows += len(part.changes)
                         if not part.partial:
@@ -327,32 +488,62 @@ class Worker:
                         part = self._next_part(handoff)
                         if part.part == 0:  # the stream reconnected and starts this transaction again
                             raise _Restart(part)
+                    self._sample()
                 log.info("applied a transaction of %d rows in parts", rows)
-                self._report(part)
                 return
             except _Restart as restart:
                 log.warning("the source connection broke inside a large transaction; applying it again")
                 part = restart.part
 
     def _flush(self, ingestor: Ingestor, batch: list[Transaction]) -> None:
+        # The status report rides in the batch's transaction (one WorkerStatus write, one commit, one WAL flush).
         with transaction.atomic():
-            ingestor.apply(batch)
-            self._report(batch[-1])  # in the batch's transaction: one commit (one WAL flush) per batch
+            ingestor.apply(batch, status=self._progress(batch[-1]))
+            self._sample()
         self.changelog.write(batch)
 
-    def _report(self, last: Transaction) -> None:
+    def _progress(self, last: Transaction) -> dict[str, Any]:
+        """The WorkerStatus fields a batch ending with ``last`` reports (written by the ingest's one status update)."""
         stream = self._stream
         position = last.position
-        WorkerStatus.objects.filter(source=self.source).update(
-            state=WorkerStatus.State.CONNECTED,
-            lag_seconds=getattr(stream, "lag_seconds", None),
-            reconnects=getattr(stream, "reconnects", 0),
-            source_file=position.file,
-            source_pos=position.pos,
-        )
+        # The dashboard computes the lag when it reads (relay/web/health.py): from the source time of the newest
+        # event applied, or from the last heartbeat applied, which says the source had nothing newer. So the lag
+        # grows while this process is stuck, instead of freezing at the last number it wrote.
+        progress: dict[str, Any] = {}
+        if last.changes or last.statements:
+            if last.timestamp:
+                progress["source_timestamp"] = datetime.fromtimestamp(last.timestamp, UTC)
+        elif not last.partial:
+            progress["caught_up"] = timezone.now()
+        if self._schema_problems:  # counted for /metrics and the dashboard (relay_schema_mismatches_total)
+            problems = len(self._schema_problems)
+            progress["last_schema_problem"] = self._schema_problems[problems - 1]
+            progress["last_schema_problem_at"] = timezone.now()
+            progress["schema_problems"] = F("schema_problems") + problems
+            del self._schema_problems[:problems]
+        return {
+            "state": WorkerStatus.State.CONNECTED,
+            "lag_seconds": getattr(stream, "lag_seconds", None),
+            "reconnects": getattr(stream, "reconnects", 0),
+            "source_file": position.file,
+            "source_pos": position.pos,
+            **progress,
+        }
+
+    def _sample(self) -> None:
+        if self._sampler.due():  # queue and lag history for the dashboard, once a minute
+            self._sampler.write(timezone.now(), getattr(self._stream, "lag_seconds", None))
 
     def _set_status(self, state: str, **fields: Any) -> None:
-        WorkerStatus.objects.update_or_create(source=self.source, defaults={"state": state, **fields})
+        # Each status write is a report; the heartbeat period tells the health rule how often a connected worker
+        # reports (relay/web/health.py).
+        defaults = {
+            "state": state,
+            "heartbeat": timezone.now(),
+            "heartbeat_seconds": self.config.source.heartbeat_seconds,
+            **fields,
+        }
+        WorkerStatus.objects.update_or_create(source=self.source, defaults=defaults)
 
 
 def _lock_dir(config: RelayConfig) -> Path:

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Sum
 
+from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_UPDATE
 from relay.models import TableUsage, UsageMinute
 
 BUCKET_RETENTION_MINUTES = 2 * 24 * 60
-KIND_COLUMN = {1: 0, 2: 1, 4: 2}
+KIND_COLUMN = {KIND_INSERT: 0, KIND_UPDATE: 1, KIND_DELETE: 2}  # the index of each kind's counter
 
 
 class UsageTally:
@@ -83,22 +82,3 @@ class WindowCounts:
     @property
     def total(self) -> int:
         return self.inserts + self.updates + self.deletes
-
-
-def rolling_window(minutes: int, now: float | None = None) -> dict[tuple[str, str], WindowCounts]:
-    """Rows per table over the last ``minutes`` minutes (the current minute included)."""
-    now = int(now if now is not None else time.time())
-    since = now - now % 60 - (minutes - 1) * 60
-    rows = (
-        UsageMinute.objects.filter(minute__gte=since)
-        .values("schema_name", "table_name")
-        .annotate(i=Sum("inserts"), u=Sum("updates"), d=Sum("deletes"))
-    )
-    return {(row["schema_name"], row["table_name"]): WindowCounts(row["i"], row["u"], row["d"]) for row in rows}
-
-
-def tally(changes: Iterable[tuple[str, str, int, int]]) -> UsageTally:
-    counts = UsageTally()
-    for schema, table, kind, timestamp in changes:
-        counts.add(schema, table, kind, timestamp)
-    return counts

@@ -7,14 +7,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.db import connection
 
 from devtools.sandbox import MariaDB
+from devtools.wait import wait_for
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TEST_SECRET = "test-secret"  # the AuthSecret of every relay process the tests start
@@ -40,13 +39,7 @@ def relay_env(server: MariaDB | None, **overrides: Any) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     if server is not None:
-        repl = server.replication_settings()
-        env.update(
-            RELAY_SERVER_IPADDR=repl["host"],
-            RELAY_SERVER_SOURCEPORT=str(repl["port"]),
-            RELAY_SERVER_LOGIN=repl["user"],
-            RELAY_SERVER_PASSWORD=repl["password"],
-        )
+        env.update(server.source_env())
     env.update({key: str(value) for key, value in overrides.items()})
     return env
 
@@ -114,17 +107,6 @@ def stop_all() -> None:
         if process.alive():
             process.kill()
     _RUNNING.clear()
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.05, message: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
-        time.sleep(interval)
 
 
 def start_relay(server: MariaDB | None = None, *args: str, **env: object) -> tuple[RelayProcess, int]:

@@ -1,20 +1,15 @@
-"""The relay server in a background thread of the test process, raw-socket helpers, and a queue filler."""
+"""The relay server in a background thread of the test process, and raw-socket helpers (tests/helpers/queues.py
+fills the queues)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import threading
-from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection, transaction
-
 from clientproto import LEGACY_VERSION, REPLY_HEADER_SIZE, decode_reply_header, encode_request, verify_reply
-from relay.models import Change, QueueEntry, QueueState
 from relay.server import RelayServer, ServerOptions
-from relay.store import rowcodec
-from relay.store.channels import QUEUE_CHANNEL
 
 SECRET = "Freedelity"
 
@@ -118,55 +113,3 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def enqueue(
-    client_id: int,
-    rows: Sequence[dict[str, Any]],
-    *,
-    schema: str = "shop",
-    table: str = "orders",
-    kind: int = 1,
-    binlog_file: str = "mysql-bin.000042",
-    timestamp: int = 1_700_000_000,
-    pos: int = 4000,
-    before: Sequence[dict[str, Any]] | None = None,
-    notify: bool = True,
-) -> list[int]:
-    """Appends changes to a client's queue in one transaction, as the worker does (and notifies on PostgreSQL).
-
-    ``rows`` are the after images (the before images for kind 4); ``before`` the before images of updates.
-    Returns the sequence numbers given.
-    """
-    seqs = []
-    with transaction.atomic():
-        state, _ = QueueState.objects.select_for_update().get_or_create(client_id=client_id)
-        for index, row in enumerate(rows):
-            names = list(row)
-            values = [row[name] for name in names]
-            if kind == 1:
-                data = rowcodec.encode(names, None, values)
-            elif kind == 4:
-                data = rowcodec.encode(names, values, None)
-            else:
-                assert before is not None
-                data = rowcodec.encode(names, [before[index][name] for name in names], values)
-            change = Change.objects.create(
-                schema_name=schema,
-                table_name=table,
-                kind=kind,
-                binlog_file=binlog_file,
-                binlog_pos=pos + index,
-                row_index=index,
-                timestamp=timestamp,
-                gtid=f"0-1-{index + 1}",
-                data=data,
-            )
-            state.last_seq += 1
-            QueueEntry.objects.create(client_id=client_id, seq=state.last_seq, change=change)
-            seqs.append(state.last_seq)
-        state.save()
-        if notify and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
-    return seqs

@@ -1,15 +1,20 @@
-"""manage.py runbinlog: the binlog worker (see relay/worker/runner.py)."""
+"""manage.py runbinlog: the binlog worker (see relay/worker/runner.py).
+
+Exit status: 0 after SIGTERM/SIGINT, 1 on a misconfiguration (one line: a bad key, a DataDir that cannot be created, a
+store that cannot be reached or is not migrated, a source that refuses the user or lacks a privilege) or another fatal
+error, 2 when the checkpoint's binlog has been purged from the source.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from binlog import Position
 from relay.config import ConfigError, load_config, parse_position
+from relay.startup import check_store, command_config, fail
 from relay.worker.runner import Worker, WorkerOptions
 
 
@@ -26,11 +31,10 @@ class Command(BaseCommand):
         parser.add_argument("--max-runtime", type=float, help="stop cleanly after this many seconds")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        config = command_config(options["config"])
         try:
-            config = load_config(options["config"], require_source=True) if options["config"] else None
-            config = config or settings.RELAY_CONFIG
             if not config.source.host or not config.source.user:
-                load_config(config.config_path, require_source=True)
+                load_config(config.config_path, require_source=True)  # raises, naming the missing key
             start = None
             if options["start_from"]:
                 file, pos = parse_position("--from", options["start_from"])
@@ -38,7 +42,8 @@ class Command(BaseCommand):
             elif options["from_gtid"]:
                 start = Position("", 4, options["from_gtid"])
         except ConfigError as exc:
-            raise CommandError(f"configuration error: {exc}") from None
+            raise fail(f"configuration error: {exc}") from None
+        check_store()
         worker = Worker(
             config,
             WorkerOptions(

@@ -27,7 +27,8 @@
   var charts = document.querySelectorAll("svg.line-chart[data-values]");
   Array.prototype.forEach.call(charts, function (svg) {
     var values = svg.getAttribute("data-values").split(",").map(Number);
-    var readout = svg.parentNode.querySelector(".readout");
+    var figure = svg.closest("figure") || svg.parentNode;
+    var readout = figure.querySelector(".readout");
     if (!readout || values.length === 0) { return; }
     var unit = svg.getAttribute("data-unit") || "";
     svg.addEventListener("mousemove", function (event) {

@@ -1,7 +1,8 @@
 """A store filled the way the worker and the relay server fill it, with hostile names, for the dashboard's tests.
 
 Row changes go through relay.worker.ingest.Ingestor (queues, usage counters, minute buckets, schema, event counts and
-the checkpoint in one batch, as the worker writes them); sessions, filters and consumption through relay.store.
+the checkpoint in one batch, as the worker writes them); sessions and filters through relay.store, consumption through
+the relay server's store calls (tests/helpers/queues.py).
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from django.utils import timezone
 
 from binlog.changes import RowChange, Transaction
 from binlog.position import Position
+from binlog.schemahistory import SchemaHistory
+from binlog.schemamodel import Column, SchemaModel, TableDef
 from binlog.table import ColumnInfo, TableInfo
 from relay import store
 from relay.models import Client, ColumnChangeHistory, RelayProcess, UsageHistory, WorkerStatus
 from relay.store import relayprocess
+from relay.store.schemahistory import StoreHistory
 from relay.worker.ingest import Ingestor
+from tests.helpers.queues import Consumer
 
 SOURCE = "main"
 HOSTILE = '<script>alert("x")</script>'
@@ -116,6 +121,20 @@ def transactions(now: int, count: int = 120) -> list[Transaction]:
     return result
 
 
+def schema_history() -> SchemaHistory:
+    """A baseline of shop.orders, then an ALTER read from the stream: the worker writes the version it made with the
+    checkpoint of its batch."""
+    history = SchemaHistory(databases={"shop": "utf8mb4"})
+    model = SchemaModel(databases={"shop": "utf8mb4"})
+    columns = (Column("id", "int", "int(11)", None, False), Column("note", "varchar", "varchar(20)", "utf8mb4"))
+    model.put("shop", "orders", TableDef(columns, ("id",)))
+    StoreHistory(SOURCE).save_baseline(history, model, Position("binlog.000042", 4, "0-1-0"))
+    history.statement(
+        "shop", "ALTER TABLE orders ADD COLUMN amount DECIMAL(10,2) AFTER id", Position("binlog.000042", 50, "")
+    )
+    return history
+
+
 def fill_store(now: int | None = None, transaction_count: int = 120) -> Filled:
     now = int(now if now is not None else time.time())
     moment = timezone.now()
@@ -143,55 +162,47 @@ def fill_store(now: int | None = None, transaction_count: int = 120) -> Filled:
     RelayProcess.objects.filter(id=gone_id).update(
         heartbeat=moment - timezone.timedelta(minutes=1), expires=moment - timezone.timedelta(seconds=30)
     )
-    clients = {}
+    sessions = {}
     for name, remote in ((HOSTILE, "10.0.0.1:50000"), (QUOTED, "[::1]:6002"), (UNICODE, "192.168.1.9:4000")):
-        session = store.open_session(name, remote, relay_id)
-        clients[name] = session.client_id
+        sessions[name] = store.open_session(name, remote, relay_id)
+    clients = {name: session.client_id for name, session in sessions.items()}
     store.add_filter(clients[HOSTILE], 7, "shop", "*", 0, 0)
     store.add_filter(clients[HOSTILE], 1, HOSTILE, "*", 50, 1)
     store.add_filter(clients[QUOTED], 3, "shop", "orders", 10, 2)
     store.add_filter(clients[UNICODE], 7, "*", "*", 0, 0)
     batch = transactions(now, transaction_count)
+    ingestor = Ingestor(SOURCE)
+    ingestor.history = schema_history()
     with transaction.atomic():
-        result = Ingestor(SOURCE).apply(batch)
+        result = ingestor.apply(batch)
     # Some consumption: the hostile client polls (history), the unicode one fetches with manual ack (pending acks).
-    served = []
+    hostile = Consumer(sessions[HOSTILE])
     for _ in range(12):
-        polled = store.poll(clients[HOSTILE])
-        if polled is None:
+        if hostile.poll() is None:
             break
-        served.append(polled[0])
-    store.record_served(clients[HOSTILE], served)
-    fetched, _ = store.fetch(clients[UNICODE], 5, manual_ack=True)
-    store.record_served(clients[UNICODE], fetched)
+    Consumer(sessions[UNICODE]).fetch(5, manual_ack=True)
     # The quoted client went away an hour ago.
     Client.objects.filter(id=clients[QUOTED]).update(connected=False, last_seen=moment - timezone.timedelta(hours=1))
     hour = moment.replace(minute=0, second=0, microsecond=0)
     day = hour.replace(hour=0)
-    for offset in range(6):
+    for offset in range(6):  # the pipeline's usage history: six hours and six days before this one
+        periods = [
+            ("hour", hour - timezone.timedelta(hours=offset + 1), (10 * offset, offset, 1, 5)),
+            ("day", day - timezone.timedelta(days=offset + 1), (100 * offset, 10, 3, 50)),
+        ]
         for info in TABLES:
-            UsageHistory.objects.create(
-                period="hour",
-                start=hour - timezone.timedelta(hours=offset + 1),
-                schema_name=info.schema,
-                table_name=info.table,
-                inserts=10 * offset,
-                updates=offset,
-                deletes=1,
-                transactions=5,
-                run=f"run-{HOSTILE}",
-            )
-            UsageHistory.objects.create(
-                period="day",
-                start=day - timezone.timedelta(days=offset + 1),
-                schema_name=info.schema,
-                table_name=info.table,
-                inserts=100 * offset,
-                updates=10,
-                deletes=3,
-                transactions=50,
-                run=f"run-{HOSTILE}",
-            )
+            for period, start, (inserts, updates, deletes, commits) in periods:
+                UsageHistory.objects.create(
+                    period=period,
+                    start=start,
+                    schema_name=info.schema,
+                    table_name=info.table,
+                    inserts=inserts,
+                    updates=updates,
+                    deletes=deletes,
+                    transactions=commits,
+                    run=f"run-{HOSTILE}",
+                )
     for offset in range(3):  # the pipeline's column changes: every column compared, the second one changed
         for info in TABLES:
             for index, column in enumerate(info.columns):

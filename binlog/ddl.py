@@ -1,0 +1,922 @@
+"""DDL statements of the binlog applied to a ``SchemaModel``.
+
+Only what changes a table's columns, their order, types, charsets, labels or its primary key matters here: CREATE
+TABLE (columns, LIKE; ... SELECT only where the statement lists every column, as row-based binlogs write it), ALTER
+TABLE (ADD/DROP/MODIFY/CHANGE/RENAME COLUMN with FIRST/AFTER, ADD/DROP PRIMARY KEY, CONVERT TO CHARACTER SET, default
+charset, RENAME TO; several clauses at once; other clauses such as ALGORITHM, LOCK, indexes are passed over),
+RENAME TABLE, DROP TABLE, CREATE/ALTER/DROP DATABASE. Temporary tables, views and everything else change nothing.
+
+The parser is our own, small and tested against MariaDB (tests/test_binlog_ddl.py). sqlglot's MySQL dialect was
+measured first; it drops the text of executable comments (``/*! ... */``), falls back to an opaque command for
+RENAME TABLE, ALTER ... CONVERT TO CHARACTER SET and ADD COLUMN (a, b), cannot read POINT/POLYGON/INET6/NATIONAL
+CHAR/LONG VARCHAR, and reads MariaDB's INT8, REAL and LONG as TINYINT, FLOAT and BIGINT: silently wrong types are
+worse than an error for a model that decides column names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from binlog.charsets import max_bytes_per_char
+from binlog.schemamodel import Column, SchemaModel, TableDef
+
+
+class DdlError(Exception):
+    """A statement the parser cannot read, or one that does not fit the model (an unknown table, say)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    kind: str  # "word" (unquoted), "name" (backquoted), "str", "num", "op"
+    text: str
+
+    def is_word(self, *words: str) -> bool:
+        return self.kind == "word" and self.text.upper() in words
+
+
+def _executable_comment(sql: str, i: int) -> int | None:
+    """Where the content of a ``/*!NNNNN`` or ``/*M!NNNNNN`` comment starting at ``i`` begins (None if not one)."""
+    if sql.startswith("/*!", i):
+        j = i + 3
+    elif sql.startswith("/*M!", i):
+        j = i + 4
+    else:
+        return None
+    while j < len(sql) and sql[j].isdigit():
+        j += 1
+    return j
+
+
+def tokenize(sql: str) -> list[Token]:
+    """Tokens of a statement. Comments are dropped, except executable ones, whose text the server runs."""
+    tokens: list[Token] = []
+    i, n = 0, len(sql)
+    open_exec = 0  # executable comments we are inside: their closing */ is dropped
+    while i < n:
+        ch = sql[i]
+        if ch.isspace():
+            i += 1
+        elif sql.startswith("/*", i):
+            start = _executable_comment(sql, i)
+            if start is not None:
+                open_exec += 1
+                i = start
+            else:
+                end = sql.find("*/", i + 2)
+                i = n if end < 0 else end + 2
+        elif sql.startswith("*/", i) and open_exec:
+            open_exec -= 1
+            i += 2
+        elif ch == "#" or (sql.startswith("--", i) and (i + 2 >= n or sql[i + 2].isspace())):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif ch in "'\"":
+            text, i = _quoted(sql, i, ch, backslash=True)
+            tokens.append(Token("str", text))
+        elif ch == "`":
+            text, i = _quoted(sql, i, "`", backslash=False)
+            tokens.append(Token("name", text))
+        elif ch.isdigit():
+            j = i
+            while j < n and (sql[j].isalnum() or sql[j] in "._$"):
+                j += 1
+            text = sql[i:j]
+            tokens.append(Token("num" if text.replace(".", "").isdigit() else "word", text))
+            i = j
+        elif ch.isalpha() or ch in "_$" or ord(ch) > 127:
+            j = i
+            while j < n and (sql[j].isalnum() or sql[j] in "_$" or ord(sql[j]) > 127):
+                j += 1
+            word = sql[i:j]
+            if j < n and sql[j] == "'" and word.startswith("_"):  # a charset introducer: _utf8mb4'text'
+                i = j
+                continue
+            tokens.append(Token("word", word))
+            i = j
+        else:
+            tokens.append(Token("op", ch))
+            i += 1
+    return tokens
+
+
+def _quoted(sql: str, i: int, quote: str, *, backslash: bool) -> tuple[str, int]:
+    out: list[str] = []
+    j = i + 1
+    while j < len(sql):
+        ch = sql[j]
+        if ch == quote:
+            if j + 1 < len(sql) and sql[j + 1] == quote:
+                out.append(quote)
+                j += 2
+                continue
+            return "".join(out), j + 1
+        if backslash and ch == "\\" and j + 1 < len(sql):
+            nxt = sql[j + 1]
+            out.append({"n": "\n", "t": "\t", "r": "\r", "0": "\0", "Z": "\x1a", "b": "\b"}.get(nxt, nxt))
+            j += 2
+            continue
+        out.append(ch)
+        j += 1
+    raise DdlError("unterminated quoted text")
+
+
+# -- column types --------------------------------------------------------------------------------------------------
+
+_INT_WIDTHS = {
+    "tinyint": (4, 3),
+    "smallint": (6, 5),
+    "mediumint": (9, 8),
+    "int": (11, 10),
+    "bigint": (20, 20),
+}
+_TYPE_ALIASES = {
+    "integer": "int",
+    "int1": "tinyint",
+    "int2": "smallint",
+    "int3": "mediumint",
+    "middleint": "mediumint",
+    "int4": "int",
+    "int8": "bigint",
+    "dec": "decimal",
+    "numeric": "decimal",
+    "fixed": "decimal",
+    "real": "double",
+    "float4": "float",
+    "float8": "double",
+    "character": "char",
+    "nchar": "char",
+    "nvarchar": "varchar",
+    "bool": "bool",
+    "boolean": "bool",
+}
+_CHAR_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"})
+_TEXT_SIZES = (("tiny", 255), ("", 65535), ("medium", 16777215), ("long", 4294967295))
+_SIMPLE = frozenset(
+    {
+        "date",
+        "tinytext",
+        "mediumtext",
+        "longtext",
+        "tinyblob",
+        "mediumblob",
+        "longblob",
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+        "inet4",
+        "inet6",
+        "uuid",
+    }
+)
+
+
+def _charset_alias(name: str) -> str:
+    lowered = name.lower()
+    return "utf8mb3" if lowered == "utf8" else lowered
+
+
+def charset_of_collation(collation: str) -> str:
+    lowered = collation.lower()
+    if lowered == "binary":
+        return "binary"
+    return _charset_alias(lowered.split("_", 1)[0])
+
+
+@dataclass(slots=True)
+class _ColumnSpec:
+    """A column definition as written, before the table's defaults are applied."""
+
+    name: str
+    base: str  # normalised type word: "int", "varchar", "text", "enum"...
+    args: list[str]  # parenthesised arguments (numbers, or labels for ENUM/SET)
+    unsigned: bool = False
+    zerofill: bool = False
+    charset: str | None = None  # explicit CHARACTER SET (or the charset of an explicit COLLATE)
+    national: bool = False
+    binary_attr: bool = False  # CHAR BYTE / the BINARY attribute (a _bin collation: charset unchanged)
+    not_null: bool = False
+    primary: bool = False
+    serial: bool = False
+
+
+def _quote_label(label: str) -> str:
+    return "'" + label.replace("'", "''") + "'"
+
+
+def _text_type(kind: str, length_bytes: int) -> str:
+    for prefix, limit in _TEXT_SIZES:
+        if length_bytes <= limit:
+            return prefix + kind
+    return "long" + kind
+
+
+def build_column(spec: _ColumnSpec, table_charset: str) -> Column:
+    """The column as information_schema shows it, from its definition and the table's default charset."""
+    base = spec.base
+    args = spec.args
+    nums = [int(a) for a in args if a.isdigit()]
+    charset: str | None = None
+    if base in _CHAR_TYPES or base in ("json",):
+        charset = "utf8mb3" if spec.national else spec.charset or table_charset
+    unsigned = spec.unsigned or spec.zerofill
+    suffix = (" unsigned" if unsigned else "") + (" zerofill" if spec.zerofill else "")
+    nullable = not (spec.not_null or spec.primary or spec.serial)
+    if spec.serial:
+        return Column(spec.name, "bigint", "bigint(20) unsigned", None, False)
+    if base == "bool":
+        return Column(spec.name, "tinyint", "tinyint(1)" + suffix, None, nullable)
+    if base in _INT_WIDTHS:
+        width = nums[0] if nums else _INT_WIDTHS[base][1 if unsigned else 0]
+        return Column(spec.name, base, f"{base}({width}){suffix}", None, nullable)
+    if base == "decimal":
+        precision = nums[0] if nums else 10
+        scale = nums[1] if len(nums) > 1 else 0
+        return Column(spec.name, "decimal", f"decimal({precision},{scale}){suffix}", None, nullable)
+    if base in ("float", "double"):
+        kind = base
+        if base == "float" and len(nums) == 1:
+            kind = "float" if nums[0] <= 24 else "double"
+            return Column(spec.name, kind, kind + suffix, None, nullable)
+        shape = f"({nums[0]},{nums[1]})" if len(nums) == 2 else ""
+        return Column(spec.name, kind, f"{kind}{shape}{suffix}", None, nullable)
+    if base == "bit":
+        return Column(spec.name, "bit", f"bit({nums[0] if nums else 1})", None, nullable)
+    if base == "year":
+        return Column(spec.name, "year", "year(4)", None, nullable)
+    if base in ("time", "datetime", "timestamp"):
+        shape = f"({nums[0]})" if nums and nums[0] else ""
+        return Column(spec.name, base, base + shape, None, nullable)
+    if base in ("char", "varchar"):
+        length = nums[0] if nums else (1 if base == "char" else 0)
+        if charset == "binary":
+            kind = "binary" if base == "char" else "varbinary"
+            return Column(spec.name, kind, f"{kind}({length})", None, nullable)
+        return Column(spec.name, base, f"{base}({length})", charset, nullable)
+    if base in ("binary", "varbinary"):
+        length = nums[0] if nums else 1
+        return Column(spec.name, base, f"{base}({length})", None, nullable)
+    if base in ("text", "blob"):
+        kind = "text" if base == "text" and charset != "binary" else "blob"
+        if nums:
+            per_char = max_bytes_per_char(charset) if kind == "text" else 1
+            name = _text_type(kind, nums[0] * per_char)
+        else:
+            name = kind
+        return Column(spec.name, name, name, charset if kind == "text" else None, nullable)
+    if base in ("tinytext", "mediumtext", "longtext"):
+        if charset == "binary":
+            blob = base.replace("text", "blob")
+            return Column(spec.name, blob, blob, None, nullable)
+        return Column(spec.name, base, base, charset, nullable)
+    if base in ("enum", "set"):
+        labels = ",".join(_quote_label(a) for a in args)
+        return Column(spec.name, base, f"{base}({labels})", charset, nullable)
+    if base == "json":
+        # MariaDB's JSON is LONGTEXT (with a json_valid CHECK), always utf8mb4 with a binary collation.
+        return Column(spec.name, "longtext", "longtext", "utf8mb4", nullable)
+    if base in _SIMPLE:
+        return Column(spec.name, base, base, None, nullable)
+    raise DdlError(f"unknown column type {base!r}")
+
+
+# -- the parser ----------------------------------------------------------------------------------------------------
+
+_TABLE_CONSTRAINT_WORDS = ("PRIMARY", "KEY", "INDEX", "UNIQUE", "FULLTEXT", "SPATIAL", "CONSTRAINT", "FOREIGN")
+_ALTER_SKIP_AFTER_ADD = ("INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN", "CHECK", "PERIOD", "PARTITION")
+
+
+class _Parser:
+    def __init__(self, tokens: list[Token]) -> None:
+        self.tokens = tokens
+        self.i = 0
+
+    def peek(self, ahead: int = 0) -> Token | None:
+        j = self.i + ahead
+        return self.tokens[j] if j < len(self.tokens) else None
+
+    def at_end(self) -> bool:
+        token = self.peek()
+        return token is None or (token.kind == "op" and token.text == ";")
+
+    def accept(self, *words: str) -> bool:
+        token = self.peek()
+        if token is not None and token.is_word(*words):
+            self.i += 1
+            return True
+        return False
+
+    def accept_seq(self, *words: str) -> bool:
+        for k, word in enumerate(words):
+            token = self.peek(k)
+            if token is None or not token.is_word(word):
+                return False
+        self.i += len(words)
+        return True
+
+    def accept_op(self, op: str) -> bool:
+        token = self.peek()
+        if token is not None and token.kind == "op" and token.text == op:
+            self.i += 1
+            return True
+        return False
+
+    def expect_op(self, op: str) -> None:
+        if not self.accept_op(op):
+            raise DdlError(f"expected {op!r} near {self._here()}")
+
+    def expect(self, *words: str) -> None:
+        if not self.accept(*words):
+            raise DdlError(f"expected {' or '.join(words)} near {self._here()}")
+
+    def _here(self) -> str:
+        return " ".join(t.text for t in self.tokens[self.i : self.i + 6]) or "the end"
+
+    def identifier(self) -> str:
+        token = self.peek()
+        if token is None or token.kind not in ("word", "name", "str"):
+            raise DdlError(f"expected a name near {self._here()}")
+        self.i += 1
+        return token.text
+
+    def qualified(self) -> tuple[str | None, str]:
+        first = self.identifier()
+        if self.accept_op("."):
+            return first, self.identifier()
+        return None, first
+
+    def if_exists(self) -> bool:
+        return self.accept_seq("IF", "EXISTS")
+
+    def if_not_exists(self) -> bool:
+        return self.accept_seq("IF", "NOT", "EXISTS")
+
+    def skip_group(self) -> None:
+        """Past a parenthesised group (the opening parenthesis is the current token)."""
+        depth = 0
+        while (token := self.peek()) is not None:
+            self.i += 1
+            if token.kind == "op" and token.text == "(":
+                depth += 1
+            elif token.kind == "op" and token.text == ")":
+                depth -= 1
+                if depth == 0:
+                    return
+        raise DdlError("unbalanced parentheses")
+
+    def skip_clause(self) -> None:
+        """Past everything up to the next comma or closing parenthesis at this level."""
+        while (token := self.peek()) is not None:
+            if (token.kind == "op" and token.text in ",)") or self.at_end():
+                return
+            if token.kind == "op" and token.text == "(":
+                self.skip_group()
+            else:
+                self.i += 1
+
+    def name_list(self) -> list[str]:
+        """``(a, b(10) DESC, ...)``: the column names of a key."""
+        self.expect_op("(")
+        names: list[str] = []
+        while True:
+            names.append(self.identifier())
+            self.skip_clause()
+            if self.accept_op(")"):
+                return names
+            self.expect_op(",")
+
+    def charset_name(self) -> str:
+        self.accept_op("=")
+        return self.identifier()
+
+    # -- column definitions ---------------------------------------------------------------------------------------
+
+    def column_spec(self, name: str) -> _ColumnSpec:
+        spec = self.data_type(name)
+        while not self.at_end():
+            token = self.peek()
+            assert token is not None
+            if token.kind == "op" and token.text in ",)":
+                break
+            if self.accept_seq("NOT", "NULL"):
+                spec.not_null = True
+            elif self.accept("NULL"):
+                spec.not_null = False
+            elif self.accept("DEFAULT"):
+                self.skip_value()
+            elif self.accept_seq("PRIMARY", "KEY") or self.accept("KEY"):
+                spec.primary = True
+            elif self.accept_seq("CHARACTER", "SET") or self.accept("CHARSET"):
+                spec.charset = _charset_alias(self.charset_name())
+            elif self.accept("COLLATE"):
+                collation = self.charset_name()
+                if spec.charset is None:
+                    spec.charset = charset_of_collation(collation)
+            elif self.accept("FIRST", "AFTER"):
+                self.i -= 1  # the position is the caller's
+                break
+            elif token.kind == "op" and token.text == "(":
+                self.skip_group()
+            else:
+                self.i += 1
+        return spec
+
+    def skip_value(self) -> None:
+        """Past a DEFAULT value: a literal, a signed number, a function call or a parenthesised expression."""
+        token = self.peek()
+        if token is None:
+            return
+        if token.kind == "op" and token.text == "(":
+            self.skip_group()
+            return
+        if token.kind == "op" and token.text in "+-":
+            self.i += 1
+        self.i += 1
+        nxt = self.peek()
+        if nxt is not None and nxt.kind == "op" and nxt.text == "(":
+            self.skip_group()
+
+    def data_type(self, name: str) -> _ColumnSpec:
+        word = self.identifier().lower()
+        national = False
+        if word == "national":
+            national = True
+            word = self.identifier().lower()
+        if word in ("nchar", "nvarchar"):
+            national = True
+        if word == "double":
+            self.accept("PRECISION")
+        if word == "long":
+            if self.accept("VARCHAR", "VARCHAR2"):
+                word = "mediumtext"
+            elif self.accept("VARBINARY"):
+                word = "mediumblob"
+            else:
+                word = "mediumtext"
+        if word in ("char", "character", "nchar") and self.accept("VARYING"):
+            word = "varchar"
+        base = _TYPE_ALIASES.get(word, word)
+        if base == "serial":
+            return _ColumnSpec(name, "bigint", [], unsigned=True, serial=True)
+        args: list[str] = []
+        if self.accept_op("("):
+            while not self.accept_op(")"):
+                token = self.peek()
+                if token is None:
+                    raise DdlError("unterminated type arguments")
+                self.i += 1
+                if token.kind in ("str", "num", "word", "name"):
+                    args.append(token.text)
+        spec = _ColumnSpec(name, base, args, national=national)
+        while True:
+            if self.accept("UNSIGNED"):
+                spec.unsigned = True
+            elif self.accept("SIGNED"):
+                pass
+            elif self.accept("ZEROFILL"):
+                spec.zerofill = True
+            elif self.accept("BYTE"):
+                spec.charset = "binary"
+            elif self.accept("BINARY"):
+                spec.binary_attr = True
+            elif self.accept("ASCII"):
+                spec.charset = "latin1"
+            elif self.accept("UNICODE"):
+                spec.charset = "ucs2"
+            else:
+                return spec
+
+    def position(self) -> tuple[str, str | None] | None:
+        """FIRST or AFTER name after a column definition."""
+        if self.accept("FIRST"):
+            return ("first", None)
+        if self.accept("AFTER"):
+            return ("after", self.identifier())
+        return None
+
+
+# -- applying statements -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One table a statement changed: its new definition, or None when it is gone."""
+
+    schema: str
+    table: str
+    definition: TableDef | None
+
+
+def _place(columns: list[Column], column: Column, where: tuple[str, str | None] | None) -> None:
+    if where is None:
+        columns.append(column)
+    elif where[0] == "first":
+        columns.insert(0, column)
+    else:
+        target = (where[1] or "").casefold()
+        for i, existing in enumerate(columns):
+            if existing.name.casefold() == target:
+                columns.insert(i + 1, column)
+                return
+        raise DdlError(f"AFTER names an unknown column {where[1]}")
+
+
+def _with_pk(columns: list[Column], pk: tuple[str, ...]) -> list[Column]:
+    """Primary key columns are NOT NULL."""
+    folded = {name.casefold() for name in pk}
+    return [replace(c, nullable=False) if c.name.casefold() in folded and c.nullable else c for c in columns]
+
+
+class DdlApplier:
+    """Applies statements to a model; each ``apply`` returns the tables it changed."""
+
+    def __init__(self, model: SchemaModel) -> None:
+        self.model = model
+
+    def apply(self, default_schema: str, sql: str) -> list[Change]:
+        parser = _Parser(tokenize(sql))
+        changes: list[Change] = []
+        if parser.accept("CREATE"):
+            self._create(parser, default_schema, changes)
+        elif parser.accept("ALTER"):
+            self._alter(parser, default_schema, changes)
+        elif parser.accept("DROP"):
+            self._drop(parser, default_schema, changes)
+        elif parser.accept("RENAME") and parser.accept("TABLE", "TABLES"):
+            self._rename(parser, default_schema, changes)
+        return changes
+
+    def _schema(self, schema: str | None, default_schema: str) -> str:
+        name = schema if schema is not None else default_schema
+        if not name:
+            raise DdlError("an unqualified table name and no default database")
+        return self.model.name(name)
+
+    # CREATE
+
+    def _create(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
+        replace_ = p.accept_seq("OR", "REPLACE")
+        if p.accept("DATABASE", "SCHEMA"):
+            p.if_not_exists()
+            name = p.identifier()
+            charset = self._database_options(p)
+            if replace_:
+                for schema, table in self.model.drop_database(name):
+                    changes.append(Change(schema, table, None))
+            if not self.model.has_database(name) or replace_:
+                self.model.set_database(name, charset)
+            return
+        if p.accept("TEMPORARY"):
+            return  # temporary tables are the session's own: they never appear in TABLE_MAPs of other tables
+        if not p.accept("TABLE"):
+            return  # views, indexes, triggers, routines, sequences...
+        if_not_exists = p.if_not_exists()
+        schema_, table_ = p.qualified()
+        schema = self._schema(schema_, default_schema)
+        table = self.model.name(table_)
+        if if_not_exists and self.model.get(schema, table) is not None:
+            return
+        paren_like = (
+            p.peek() is not None
+            and p.peek(1) is not None
+            and p.tokens[p.i].text == "("
+            and p.tokens[p.i + 1].is_word("LIKE")
+        )
+        if p.accept("LIKE") or paren_like:
+            if paren_like:
+                p.i += 2
+            src_schema, src_table = p.qualified()
+            source = self.model.get(self._schema(src_schema, default_schema), src_table)
+            if source is None:
+                raise DdlError(f"CREATE TABLE ... LIKE an unknown table {src_table}")
+            self.model.put(schema, table, source)
+            changes.append(Change(*self.model.stored_name(schema, table), source))
+            return
+        specs: list[tuple[_ColumnSpec, tuple[str, str | None] | None]] = []
+        pk: tuple[str, ...] = ()
+        if p.accept_op("("):
+            while True:
+                if p.accept("SELECT") or p.accept_op("("):
+                    raise DdlError("CREATE TABLE ... SELECT without a column list")
+                token = p.peek()
+                if token is None:
+                    raise DdlError("unterminated column list")
+                if token.kind == "word" and token.text.upper() in (*_TABLE_CONSTRAINT_WORDS, "CHECK", "PERIOD"):
+                    found = self._table_constraint(p)
+                    if found is not None:
+                        pk = found
+                else:
+                    name = p.identifier()
+                    specs.append((p.column_spec(name), None))
+                if p.accept_op(")"):
+                    break
+                p.expect_op(",")
+        elif not p.at_end():
+            raise DdlError("CREATE TABLE ... SELECT without a column list")
+        charset = self._table_options(p) or self.model.database_charset(schema)
+        while not p.at_end():
+            if p.accept("SELECT", "AS", "WITH") or p.accept_op("("):
+                raise DdlError("CREATE TABLE ... SELECT: the selected columns are not in the statement")
+            token = p.peek()
+            if token is not None and token.kind == "op" and token.text == "(":
+                p.skip_group()
+            else:
+                p.i += 1
+        columns = [build_column(spec, charset) for spec, _ in specs]
+        for spec, _ in specs:
+            if spec.primary:
+                pk = (spec.name,)
+        definition = TableDef(tuple(_with_pk(columns, pk)), pk, charset)
+        self.model.put(schema, table, definition)
+        changes.append(Change(*self.model.stored_name(schema, table), definition))
+
+    def _table_constraint(self, p: _Parser) -> tuple[str, ...] | None:
+        """A key or constraint in a column list; the primary key's columns if it is one."""
+        if p.accept("CONSTRAINT"):
+            token = p.peek()
+            if token is not None and not token.is_word("PRIMARY", "UNIQUE", "FOREIGN", "CHECK"):
+                p.identifier()
+        if p.accept_seq("PRIMARY", "KEY"):
+            while True:
+                token = p.peek()
+                if token is None:
+                    raise DdlError("unterminated PRIMARY KEY")
+                if token.kind == "op" and token.text == "(":
+                    break
+                p.i += 1  # an index name or USING BTREE
+            names = tuple(self._column_name(n) for n in p.name_list())
+            p.skip_clause()
+            return names
+        p.skip_clause()
+        return None
+
+    def _column_name(self, name: str) -> str:
+        return name
+
+    def _database_options(self, p: _Parser) -> str | None:
+        charset: str | None = None
+        while not p.at_end():
+            p.accept("DEFAULT")
+            if p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET"):
+                charset = _charset_alias(p.charset_name())
+            elif p.accept("COLLATE"):
+                collation = charset_of_collation(p.charset_name())
+                charset = charset or collation
+            else:
+                p.i += 1
+        return charset
+
+    def _table_options(self, p: _Parser) -> str | None:
+        """Table options after the column list, up to a SELECT; the default charset they name."""
+        charset: str | None = None
+        while not p.at_end():
+            token = p.peek()
+            assert token is not None
+            if token.is_word("SELECT", "AS", "WITH", "IGNORE", "REPLACE", "PARTITION") or (
+                token.kind == "op" and token.text == "("
+            ):
+                break
+            p.accept("DEFAULT")
+            if p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET"):
+                charset = _charset_alias(p.charset_name())
+            elif p.accept("COLLATE"):
+                collation = charset_of_collation(p.charset_name())
+                charset = charset or collation
+            else:
+                p.i += 1
+                p.accept_op(",")
+        return charset
+
+    # ALTER
+
+    def _alter(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
+        if p.accept("DATABASE", "SCHEMA"):
+            token = p.peek()
+            name = default_schema
+            if token is not None and not token.is_word("DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "COMMENT"):
+                name = p.identifier()
+            charset = self._database_options(p)
+            if charset is not None and name:
+                self.model.set_database(name, charset)
+            return
+        p.accept("ONLINE")
+        p.accept("IGNORE")
+        if not p.accept("TABLE"):
+            return  # ALTER VIEW, USER, EVENT, SEQUENCE...
+        if_exists = p.if_exists()
+        schema_, table_ = p.qualified()
+        schema = self._schema(schema_, default_schema)
+        table = self.model.name(table_)
+        p.accept("WAIT", "NOWAIT")
+        current = self.model.get(schema, table)
+        if current is None:
+            if if_exists:
+                return
+            raise DdlError(f"ALTER TABLE of a table the history does not know: {schema}.{table}")
+        columns = list(current.columns)
+        pk = current.primary_key
+        charset = current.charset
+        rename_to: tuple[str, str] | None = None
+        while not p.at_end():
+            if p.accept("ADD"):
+                pk = self._alter_add(p, columns, pk, charset)
+            elif p.accept("DROP"):
+                pk = self._alter_drop(p, columns, pk)
+            elif p.accept("MODIFY", "CHANGE"):
+                change = p.tokens[p.i - 1].is_word("CHANGE")
+                p.accept("COLUMN")
+                exists = p.if_exists()
+                old = p.identifier() if change else None
+                name = p.identifier()
+                spec = p.column_spec(name)
+                where = p.position()
+                index = current_index(columns, old or name)
+                if index < 0:
+                    if exists:
+                        continue
+                    raise DdlError(f"{'CHANGE' if change else 'MODIFY'} of an unknown column {old or name}")
+                del columns[index]
+                column = build_column(spec, charset)
+                if where is None:
+                    columns.insert(index, column)
+                else:
+                    _place(columns, column, where)
+                if old is not None:
+                    pk = tuple(name if k.casefold() == old.casefold() else k for k in pk)
+                if spec.primary:
+                    pk = (name,)
+                columns = _with_pk(columns, pk)
+            elif p.accept("RENAME"):
+                if p.accept("COLUMN"):
+                    p.if_exists()
+                    old = p.identifier()
+                    p.expect("TO")
+                    new = p.identifier()
+                    index = current_index(columns, old)
+                    if index < 0:
+                        raise DdlError(f"RENAME COLUMN of an unknown column {old}")
+                    columns[index] = replace(columns[index], name=new)
+                    pk = tuple(new if k.casefold() == old.casefold() else k for k in pk)
+                elif p.accept("INDEX", "KEY"):
+                    p.skip_clause()
+                else:
+                    p.accept("TO", "AS")
+                    to_schema, to_table = p.qualified()
+                    rename_to = (self._schema(to_schema, schema), self.model.name(to_table))
+            elif p.accept("CONVERT"):
+                p.expect("TO")
+                if not (p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET")):
+                    raise DdlError("CONVERT TO without CHARACTER SET")
+                new = p.charset_name()
+                target = self.model.database_charset(schema) if new.upper() == "DEFAULT" else _charset_alias(new)
+                columns = [_converted(c, target) for c in columns]
+                charset = target
+                p.skip_clause()
+            elif p.accept("DEFAULT") or (p.peek() is not None and p.peek().is_word("CHARACTER", "CHARSET", "COLLATE")):  # type: ignore[union-attr]
+                if p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET"):
+                    charset = _charset_alias(p.charset_name())
+                elif p.accept("COLLATE"):
+                    charset = charset_of_collation(p.charset_name())
+                p.skip_clause()
+            else:
+                p.skip_clause()  # ALGORITHM, LOCK, FORCE, ENGINE, ALTER COLUMN ... SET DEFAULT, indexes...
+            if not p.accept_op(","):
+                if p.at_end():
+                    break
+                p.skip_clause()
+                p.accept_op(",")
+        definition = TableDef(tuple(columns), pk, charset)
+        if rename_to is not None:
+            self.model.remove(schema, table)
+            changes.append(Change(*self.model.stored_name(schema, table), None))
+            schema, table = rename_to
+        self.model.put(schema, table, definition)
+        changes.append(Change(*self.model.stored_name(schema, table), definition))
+
+    def _alter_add(self, p: _Parser, columns: list[Column], pk: tuple[str, ...], charset: str) -> tuple[str, ...]:
+        token = p.peek()
+        if token is not None and token.is_word("CONSTRAINT", "PRIMARY"):
+            found = self._table_constraint(p)
+            if found is not None:
+                pk = found
+                columns[:] = _with_pk(columns, pk)
+            return pk
+        if token is not None and token.is_word(*_ALTER_SKIP_AFTER_ADD, "SYSTEM"):
+            p.skip_clause()
+            return pk
+        p.accept("COLUMN")
+        exists = p.if_not_exists()
+        if p.accept_op("("):
+            while True:
+                pk = self._add_one(p, columns, pk, charset, exists)
+                if p.accept_op(")"):
+                    return pk
+                p.expect_op(",")
+        return self._add_one(p, columns, pk, charset, exists)
+
+    def _add_one(
+        self, p: _Parser, columns: list[Column], pk: tuple[str, ...], charset: str, if_not_exists: bool
+    ) -> tuple[str, ...]:
+        name = p.identifier()
+        spec = p.column_spec(name)
+        where = p.position()
+        if current_index(columns, name) >= 0:
+            if if_not_exists:
+                return pk
+            raise DdlError(f"ADD of an existing column {name}")
+        _place(columns, build_column(spec, charset), where)
+        if spec.primary:
+            pk = (name,)
+            columns[:] = _with_pk(columns, pk)
+        return pk
+
+    def _alter_drop(self, p: _Parser, columns: list[Column], pk: tuple[str, ...]) -> tuple[str, ...]:
+        if p.accept_seq("PRIMARY", "KEY"):
+            return ()
+        token = p.peek()
+        if token is not None and token.is_word(
+            "INDEX", "KEY", "FOREIGN", "CONSTRAINT", "CHECK", "PARTITION", "SYSTEM", "PERIOD"
+        ):
+            p.skip_clause()
+            return pk
+        p.accept("COLUMN")
+        exists = p.if_exists()
+        name = p.identifier()
+        index = current_index(columns, name)
+        if index < 0:
+            if exists:
+                return pk
+            raise DdlError(f"DROP of an unknown column {name}")
+        del columns[index]
+        p.skip_clause()  # RESTRICT / CASCADE
+        return tuple(k for k in pk if k.casefold() != name.casefold())
+
+    # DROP, RENAME
+
+    def _drop(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
+        if p.accept("DATABASE", "SCHEMA"):
+            p.if_exists()
+            name = p.identifier()
+            for schema, table in self.model.drop_database(name):
+                changes.append(Change(schema, table, None))
+            return
+        if p.accept("TEMPORARY"):
+            return
+        if not p.accept("TABLE", "TABLES"):
+            return
+        p.if_exists()
+        while True:
+            schema_, table_ = p.qualified()
+            schema = self._schema(schema_, default_schema)
+            stored = self.model.stored_name(schema, table_)
+            if self.model.remove(schema, table_) is not None:
+                changes.append(Change(*stored, None))
+            if not p.accept_op(","):
+                break
+
+    def _rename(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
+        while True:
+            from_schema, from_table = p.qualified()
+            p.expect("TO")
+            to_schema, to_table = p.qualified()
+            source_schema = self._schema(from_schema, default_schema)
+            stored = self.model.stored_name(source_schema, from_table)
+            definition = self.model.remove(source_schema, from_table)
+            if definition is None:
+                raise DdlError(f"RENAME TABLE of a table the history does not know: {source_schema}.{from_table}")
+            changes.append(Change(*stored, None))
+            target_schema = self._schema(to_schema, default_schema)
+            target = self.model.name(to_table)
+            self.model.put(target_schema, target, definition)
+            changes.append(Change(*self.model.stored_name(target_schema, target), definition))
+            if not p.accept_op(","):
+                break
+
+
+def current_index(columns: list[Column], name: str) -> int:
+    folded = name.casefold()
+    for i, column in enumerate(columns):
+        if column.name.casefold() == folded:
+            return i
+    return -1
+
+
+def _converted(column: Column, charset: str) -> Column:
+    """A column after CONVERT TO CHARACTER SET: text columns take the charset; TEXT grows to hold as many chars."""
+    if column.charset is None or (column.data_type == "longtext" and column.charset == "utf8mb4" and charset == ""):
+        return column
+    if column.data_type.endswith("text"):
+        limits = dict(_TEXT_SIZES)
+        chars = limits[column.data_type[: -len("text")]] // max(1, max_bytes_per_char(column.charset))
+        kind = _text_type("text", chars * max_bytes_per_char(charset))
+        return replace(column, data_type=kind, column_type=kind, charset=charset)
+    return replace(column, charset=charset)
+
+
+def apply_statement(model: SchemaModel, default_schema: str, sql: str) -> list[Change]:
+    """Applies one statement; the tables it changed (none for statements that change no table)."""
+    return DdlApplier(model).apply(default_schema, sql)

@@ -1,0 +1,622 @@
+"""A schema history: every table's column layout as of each binlog position, kept by following DDL in the stream.
+
+``SchemaHistory`` is a ``SchemaProvider``: the decoder hands it each DDL statement (``statement``) with the position
+the statement ends at, and asks it for a table's layout when a TABLE_MAP comes (``table_for_map``). The layout given
+is the one in force at the decoder's position, checked against the TABLE_MAP's own column types; when they disagree,
+or a DDL statement could not be read, the table is reported (logged once, counted) and its rows get positional names
+(@1, @2...), never names that may be wrong, until a CREATE defines it again or it is re-read from information_schema
+at a heartbeat that shows the decoder at the source's current position (``caught_up``).
+
+Where the versions are kept is the caller's: ``HistoryStore`` is the small interface (the relay writes them in the
+store transaction of the batch whose DDL made them; ``python -m binlog dump`` keeps them in memory). A history starts
+from a baseline: the tables as ``information_schema`` shows them, and the position that baseline belongs to.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from binlog.ddl import Change, DdlError, apply_statement, tokenize
+from binlog.errors import BinlogError
+from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
+from binlog.position import Position
+from binlog.schema import SchemaTable
+from binlog.schemamodel import Column, SchemaModel, TableDef, event_layout, layout_mismatch
+from binlog.tablemap import TableMap
+
+log = logging.getLogger("binlog.schemahistory")
+
+
+def position_key(position: Position) -> tuple[str, int, int]:
+    """An order on positions of one source: file name stem, file number, offset (binlog.000042:120)."""
+    stem, _, number = position.file.rpartition(".")
+    return (stem, int(number) if number.isdigit() else 0, position.pos)
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """A table's layout from ``position`` on (``definition`` None: the table does not exist from there)."""
+
+    schema: str
+    table: str
+    position: Position
+    definition: TableDef | None
+    statement: str = ""  # the DDL that made it; "" for a baseline
+    baseline: bool = False
+
+
+class HistoryStore(Protocol):
+    """Where versions are kept. ``load`` gives all of them, oldest first; ``save`` adds versions (a version of a
+    table replaces those of the same table at or after its position: a replay after a restart from an earlier
+    position makes them again)."""
+
+    def load(self) -> list[Version]: ...
+
+    def save(self, versions: Sequence[Version]) -> None: ...
+
+
+@runtime_checkable
+class DdlListener(Protocol):
+    """A schema provider that wants the DDL statements of the stream (``binlog.parser`` calls it)."""
+
+    def statement(self, schema: str, query: str, position: Position) -> None: ...
+
+
+@runtime_checkable
+class LayoutChecking(Protocol):
+    """A schema provider that checks a TABLE_MAP against what it knows, instead of a plain look-up by name."""
+
+    def table_for_map(self, tm: TableMap) -> SchemaTable | None: ...
+
+
+@runtime_checkable
+class Rewindable(Protocol):
+    """A schema provider whose state depends on the position: told where a (re)connected stream starts."""
+
+    def rewind(self, position: Position) -> None: ...
+
+
+class MemoryStore:
+    """Versions in memory only (``python -m binlog dump``, tests)."""
+
+    def __init__(self) -> None:
+        self.versions: list[Version] = []
+
+    def load(self) -> list[Version]:
+        return list(self.versions)
+
+    def save(self, versions: Sequence[Version]) -> None:
+        for version in versions:
+            start = position_key(version.position)
+            self.versions = [
+                v
+                for v in self.versions
+                if not (
+                    (v.schema, v.table) == (version.schema, version.table)
+                    and not v.baseline
+                    and position_key(v.position) >= start
+                )
+            ]
+            self.versions.append(version)
+
+
+@runtime_checkable
+class CatchingUp(Protocol):
+    """A schema provider that wants to know when the decoder has read all the source had (a heartbeat outside a
+    transaction); True when it changed a layout, so the decoder forgets the layouts it cached."""
+
+    def caught_up(self, position: Position) -> bool: ...
+
+
+# Reads the given schemas from information_schema at a position the source provably stood at during the read (the
+# position before and after the read are the same); None when it moved meanwhile.
+Reread = Callable[[Sequence[str]], tuple[SchemaModel, Position] | None]
+
+REREAD_STATEMENT = "-- re-read from information_schema"
+
+
+class SchemaHistory:
+    """The model in force at the decoder's position, its versions, and the check of each TABLE_MAP against it.
+
+    ``on_problem`` is called once per (table, position) with a description whenever a TABLE_MAP disagrees with the
+    history or a DDL statement cannot be applied (the relay counts them). ``reread``, when given, lets the history
+    take such a table from information_schema again, at a heartbeat that shows the decoder at the source's current
+    position (``caught_up``).
+    """
+
+    def __init__(
+        self,
+        versions: Iterable[Version] = (),
+        *,
+        lower_case_table_names: int = 0,
+        server_charset: str = "utf8mb4",
+        databases: dict[str, str] | None = None,
+        on_problem: Callable[[str], None] | None = None,
+        reread: Reread | None = None,
+    ) -> None:
+        self.versions: list[Version] = sorted(versions, key=lambda v: position_key(v.position))
+        self.lower_case_table_names = lower_case_table_names
+        self.server_charset = server_charset
+        self.initial_databases = dict(databases or {})
+        self.on_problem = on_problem
+        self.pending: list[Version] = []  # made since the last take_pending()
+        self.unreadable: set[tuple[str, str]] = set()  # tables whose last DDL we could not apply
+        self.problems = 0
+        self.reread = reread
+        # Tables reported since (mismatch, unreadable DDL, unknown): re-read at the next provably current heartbeat.
+        self.stale: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (schema, table) as named
+        self._reported: set[tuple[str, str, str]] = set()
+        self._lock = threading.Lock()
+        self.position: Position | None = None
+        self.model = self._model_at(None)
+
+    # -- state ------------------------------------------------------------------------------------------------------
+
+    @property
+    def baseline_position(self) -> Position | None:
+        positions = [v.position for v in self.versions if v.baseline]
+        return max(positions, key=position_key) if positions else None
+
+    def _model_at(self, position: Position | None) -> SchemaModel:
+        """The model from the versions at or before ``position`` (all of them for None); baselines always count."""
+        model = SchemaModel(
+            lower_case_table_names=self.lower_case_table_names,
+            server_charset=self.server_charset,
+            databases=dict(self.initial_databases),
+        )
+        limit = position_key(position) if position is not None else None
+        for version in self.versions:
+            if limit is not None and not version.baseline and position_key(version.position) > limit:
+                continue
+            if version.definition is None:
+                model.remove(version.schema, version.table)
+            else:
+                model.put(version.schema, version.table, version.definition)
+                if not model.has_database(version.schema):
+                    model.set_database(version.schema, None)
+        return model
+
+    def rewind(self, position: Position) -> None:
+        """The decoder starts (again) at ``position``: the layouts in force there, without later versions."""
+        if not position.file:
+            if position.gtid:
+                self._rewind_to_gtid(position.gtid)
+            return
+        with self._lock:
+            limit = position_key(position)
+            later = [v for v in self.versions if not v.baseline and position_key(v.position) > limit]
+            self._forget(later, str(position))
+            self.model = self._model_at(position)
+            self.position = position
+            baseline = self.baseline_position
+            if baseline is not None and position_key(position) < position_key(baseline):
+                self._warn_before_baseline(str(position), baseline)
+
+    def _rewind_to_gtid(self, state: str) -> None:
+        """A start by GTID alone (the file comes with the first event): the versions whose DDL the GTID state
+        already contains stay, the others are made again as their DDL passes."""
+        with self._lock:
+            later = [v for v in self.versions if not v.baseline and gtid_within(v.position.gtid, state) is False]
+            self._forget(later, f"GTID {state}")
+            self.model = self._model_at(None)
+            self.position = None
+            baseline = self.baseline_position
+            if baseline is not None and gtid_within(baseline.gtid, state) is False:
+                self._warn_before_baseline(f"GTID {state}", baseline)
+
+    def _forget(self, later: list[Version], where: str) -> None:
+        if later:
+            log.info(
+                "schema history rewound to %s: %d later versions will be made again as their DDL passes",
+                where,
+                len(later),
+            )
+            self.versions = [v for v in self.versions if v not in later]
+            self.pending = [v for v in self.pending if v not in later]
+
+    @staticmethod
+    def _warn_before_baseline(where: str, baseline: Position) -> None:
+        log.warning(
+            "starting at %s, before the schema baseline (%s): column names of rows before the first DDL seen "
+            "are taken from the schema as it was at %s",
+            where,
+            baseline,
+            baseline,
+        )
+
+    def take_pending(self, upto: Position | None = None) -> list[Version]:
+        """The versions made since the last call (up to ``upto``), for the caller to store with its checkpoint."""
+        with self._lock:
+            if upto is None:
+                taken, self.pending = self.pending, []
+            else:
+                limit = position_key(upto)
+                taken = [v for v in self.pending if position_key(v.position) <= limit]
+                self.pending = [v for v in self.pending if position_key(v.position) > limit]
+            return taken
+
+    def _record(self, version: Version) -> None:
+        self.versions.append(version)
+        self.pending.append(version)
+
+    # -- the decoder's side -------------------------------------------------------------------------------------------
+
+    def statement(self, schema: str, query: str, position: Position) -> None:
+        """A DDL statement (or any statement the decoder thinks may be one) at ``position`` (its end)."""
+        with self._lock:
+            baseline = self.baseline_position
+            if baseline is not None and position_key(position) <= position_key(baseline):
+                return  # the baseline was read after it: it shows its effect already
+            self.position = position
+            try:
+                changes = apply_statement(self.model, schema, query)
+            except DdlError as exc:
+                self._report_unreadable(schema, query, position, str(exc))
+                return
+            # Only a CREATE (or a drop) says all there is to know about a table; an ALTER of a table the history
+            # has lost leaves it lost, and its rows keep positional names until it is re-read.
+            first = tokenize(query)[:1]
+            redefines = bool(first) and first[0].is_word("CREATE")
+            for change in changes:
+                key = self._fold((change.schema, change.table))
+                if redefines or change.definition is None:
+                    self.unreadable.discard(key)
+                    self.stale.pop(key, None)
+                self._record(Version(change.schema, change.table, position, change.definition, query[:2000]))
+
+    def _report_unreadable(self, schema: str, query: str, position: Position, reason: str) -> None:
+        tables = _tables_named(query, schema)
+        for key in tables:
+            self.unreadable.add(self._fold(key))
+            if self.reread is not None:
+                self.stale[self._fold(key)] = key
+        message = (
+            f"schema history: cannot apply the DDL at {position} (default database {schema!r}): {reason}; "
+            f"rows of {', '.join('.'.join(k) for k in tables) or 'the tables it names'} get positional names "
+            f"until a later DDL defines them. Statement: {query[:500]}"
+        )
+        self._problem(("", "", f"{position}"), message)
+
+    def _problem(self, key: tuple[str, str, str], message: str) -> None:
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self.problems += 1
+        log.warning("%s", message)
+        if self.on_problem is not None:
+            self.on_problem(message)
+
+    def table(self, schema: str, table: str) -> SchemaTable | None:
+        with self._lock:
+            found = self.model.get(schema, table)
+            return found.as_schema_table() if found is not None else None
+
+    def invalidate(self, schema: str | None = None, table: str | None = None) -> None:
+        """Nothing to forget: the history is not a cache (the decoder calls this on every DDL)."""
+
+    def table_for_map(self, tm: TableMap) -> SchemaTable | None:
+        with self._lock:
+            key = self._fold((tm.schema, tm.table))
+            where = str(self.position) if self.position is not None else "the start"
+            if key in self.unreadable:
+                self._stale(key, tm)
+                self._problem(
+                    (*key, f"unreadable {where}"),
+                    f"schema history: {tm.schema}.{tm.table} after {where}: its last DDL could not be read; "
+                    f"event layout: {event_layout(tm)}; using positional names",
+                )
+                return None
+            if key in self.stale:  # it disagreed earlier and no CREATE or re-read defined it since
+                self._problem(
+                    (*key, f"stale {where}"),
+                    f"schema history: {tm.schema}.{tm.table} after {where} disagreed with the history earlier and "
+                    f"waits to be re-read from information_schema; event layout: {event_layout(tm)}; "
+                    "using positional names",
+                )
+                return None
+            found = self.model.get(tm.schema, tm.table)
+            if found is None:
+                self._stale(key, tm)
+                self._problem(
+                    (*key, where),
+                    f"schema history: {tm.schema}.{tm.table} after {where} is not in the history; "
+                    f"event layout: {event_layout(tm)}; using positional names",
+                )
+                return None
+            reason = layout_mismatch(found, tm)
+            if reason is not None:
+                self._stale(key, tm)
+                self._problem(
+                    (*key, where),
+                    f"schema history: {tm.schema}.{tm.table} after {where} does not match the history ({reason}); "
+                    f"history layout: {found.layout()}; event layout: {event_layout(tm)}; using positional names",
+                )
+                return None
+            return found.as_schema_table()
+
+    def _fold(self, key: tuple[str, str]) -> tuple[str, str]:
+        return (key[0].lower(), key[1].lower()) if self.lower_case_table_names else key
+
+    def _stale(self, key: tuple[str, str], tm: TableMap) -> None:
+        if self.reread is not None:
+            self.stale[key] = (tm.schema, tm.table)
+
+    # -- re-reading a table the history lost -------------------------------------------------------------------------
+
+    def caught_up(self, position: Position) -> bool:
+        """The decoder has read everything the source sent, up to ``position`` (a heartbeat outside a transaction).
+
+        Tables reported since are re-read from information_schema when that provably shows them as they are at
+        ``position``: the source's position before and after the read is ``position`` itself, so no statement
+        (and so no DDL on them) lies between the decoder and the read. A DDL holds its table's metadata lock until
+        it is in the binlog, so a read that sees its effect also sees the position move. Otherwise they stay
+        reported (positional names), and the next heartbeat tries again. True when a layout changed.
+        """
+        if not self.stale or self.reread is None or not position.file:
+            return False
+        with self._lock:
+            wanted = dict(self.stale)
+        read = self.reread(sorted({schema for schema, _ in wanted.values()}))
+        if read is None:
+            return False
+        model, at = read
+        if (at.file, at.pos) != (position.file, position.pos):
+            return False  # the source moved on (or the decoder is behind it): not provably current
+        changed = False
+        with self._lock:
+            for key, (schema, table) in wanted.items():
+                if self.stale.pop(key, None) is None:
+                    continue  # a DDL defined it meanwhile
+                self.unreadable.discard(key)
+                definition = model.get(schema, table)
+                if definition is None and self.model.get(schema, table) is None:
+                    continue  # not a table the source has (a system table): nothing to record
+                stored = model.stored_name(schema, table) if definition is not None else (schema, table)
+                version = Version(*stored, position, definition, REREAD_STATEMENT)
+                if definition is None:
+                    self.model.remove(schema, table)
+                else:
+                    self.model.put(schema, table, definition)
+                self._record(version)
+                changed = True
+                log.info(
+                    "schema history: %s.%s re-read from information_schema at %s: %s",
+                    schema,
+                    table,
+                    position,
+                    definition.layout() if definition is not None else "(no such table)",
+                )
+            if changed:
+                self.position = position  # later mismatches of the same table are reported again
+        return changed
+
+    # -- baselines --------------------------------------------------------------------------------------------------
+
+    def set_baseline(self, model: SchemaModel, position: Position) -> list[Version]:
+        """Replaces everything with ``model`` as of ``position``; returns the baseline versions (to store)."""
+        with self._lock:
+            made = [
+                Version(*model.stored_name(*key), position, definition, "", baseline=True)
+                for key, definition in sorted(model.tables.items())
+            ]
+            self.versions = list(made)
+            self.pending = []
+            self.unreadable.clear()
+            self.stale.clear()
+            self.lower_case_table_names = model.lower_case_table_names
+            self.server_charset = model.server_charset
+            self.initial_databases = dict(model.databases)
+            self.model = model.copy()
+            self.position = position
+            return made
+
+    def tables(self) -> dict[tuple[str, str], list[Version]]:
+        """Every table's versions, oldest first (for pages and tests)."""
+        out: dict[tuple[str, str], list[Version]] = {}
+        for version in self.versions:
+            out.setdefault((version.schema, version.table), []).append(version)
+        return out
+
+
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_TABLE_WORDS = re.compile(
+    rf"\b(?:TABLE|TABLES|EXISTS|TO|LIKE)\s+({_NAME}(?:\s*\.\s*{_NAME})?)",
+    re.IGNORECASE,
+)
+
+
+def _tables_named(query: str, schema: str) -> list[tuple[str, str]]:
+    """Best-effort (schema, table) pairs a statement we could not parse names, to mark them unreadable."""
+    found: list[tuple[str, str]] = []
+    for match in _TABLE_WORDS.finditer(query):
+        parts = [p.strip().strip("`").replace("``", "`") for p in match.group(1).split(".")]
+        if parts[-1].upper() in ("IF", "EXISTS", "NOT"):
+            continue
+        found.append((parts[0], parts[1]) if len(parts) == 2 else (schema, parts[0]))
+    return found
+
+
+# -- reading the server ----------------------------------------------------------------------------------------------
+
+Query = Callable[..., Sequence[Sequence[Any]]]
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaModel:
+    """The tables (not views, not system schemas) and databases as ``information_schema`` shows them now.
+
+    ``query(sql, *params)`` runs a statement on the source and returns its rows.
+    """
+    lctn = int(_text(query("SELECT @@lower_case_table_names")[0][0]))
+    server_charset = _text(query("SELECT @@character_set_server")[0][0])
+    model = SchemaModel(lower_case_table_names=lctn, server_charset=server_charset)
+    wanted = set(schemas) if schemas is not None else None
+    system = ("information_schema", "performance_schema", "mysql", "sys")
+    for name, charset in query("SELECT SCHEMA_NAME, DEFAULT_CHARACTER_SET_NAME FROM information_schema.SCHEMATA"):
+        if _text(name) in system or (wanted is not None and _text(name) not in wanted):
+            continue
+        model.databases[_text(name).lower() if lctn else _text(name)] = _text(charset)
+    table_charsets: dict[tuple[str, str], str] = {}
+    for schema, table, collation in query(
+        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES "
+        "WHERE TABLE_TYPE = 'BASE TABLE'"
+    ):
+        if _text(schema) not in system and (wanted is None or _text(schema) in wanted):
+            table_charsets[(_text(schema), _text(table))] = _charset(_text(collation or "binary"))
+    columns: dict[tuple[str, str], list[Column]] = {key: [] for key in table_charsets}
+    # One schema at a time and without a join: MariaDB's information_schema joins need temporary files we can spare.
+    for db in sorted({key[0] for key in table_charsets}):
+        for table, name, data_type, column_type, charset, nullable, _ordinal in sorted(
+            query(
+                "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, IS_NULLABLE, "
+                "ORDINAL_POSITION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s",
+                db,
+            ),
+            key=lambda row: (_text(row[0]), int(row[6])),
+        ):
+            key = (db, _text(table))
+            if key in columns:
+                columns[key].append(
+                    Column(
+                        _text(name),
+                        _text(data_type).lower(),
+                        _text(column_type).lower(),
+                        _text(charset) if charset is not None else None,
+                        _text(nullable) == "YES",
+                    )
+                )
+    keys: dict[tuple[str, str], list[str]] = {}
+    for schema, table, name, _seq in sorted(
+        query(
+            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, SEQ_IN_INDEX FROM information_schema.STATISTICS "
+            "WHERE INDEX_NAME = 'PRIMARY'"
+        ),
+        key=lambda row: (_text(row[0]), _text(row[1]), int(row[3])),
+    ):
+        keys.setdefault((_text(schema), _text(table)), []).append(_text(name))
+    for key, cols in columns.items():
+        charset = table_charsets.get(key, model.database_charset(key[0]))
+        model.put(key[0], key[1], TableDef(tuple(cols), tuple(keys.get(key, ())), charset))
+    return model
+
+
+def _charset(collation: str) -> str:
+    from binlog.ddl import charset_of_collation
+
+    return charset_of_collation(collation)
+
+
+def pymysql_query(connect_args: dict[str, Any]) -> tuple[Query, Callable[[], None]]:
+    """A ``query`` function over a new PyMySQL connection, and the function that closes it."""
+    import pymysql
+
+    args = dict(connect_args)
+    args.pop("database", None)
+    conn = pymysql.connect(**args)
+
+    def query(sql: str, *params: Any) -> Sequence[Sequence[Any]]:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return list(cur.fetchall())
+
+    return query, conn.close
+
+
+def baseline_from_server(query: Query) -> tuple[SchemaModel, Position]:
+    """The schema now and the source position it belongs to (read before and after it: retried until they agree,
+    so no DDL slipped in between)."""
+    for _ in range(5):
+        read = read_current(query)
+        if read is not None:
+            return read
+    return read_model(query), _master_position(query)
+
+
+def read_current(query: Query, schemas: Iterable[str] | None = None) -> tuple[SchemaModel, Position] | None:
+    """The schemas now and the source position they provably belong to: the same before and after the read (None
+    when the source wrote anything meanwhile)."""
+    before = _master_position(query)
+    model = read_model(query, schemas)
+    return (model, before) if _master_position(query) == before else None
+
+
+def server_reread(connect_args: dict[str, Any]) -> Reread:
+    """A ``SchemaHistory.reread`` over a new connection for each re-read (they are rare: after a reported table)."""
+
+    import pymysql
+
+    failed = False
+
+    def reread(schemas: Sequence[str]) -> tuple[SchemaModel, Position] | None:
+        nonlocal failed
+        try:
+            query, close = pymysql_query(connect_args)
+            try:
+                read = read_current(query, schemas)
+            finally:
+                close()
+        except (pymysql.err.MySQLError, OSError) as exc:
+            # The stream goes on: the tables keep positional names and the next heartbeat tries again (said once).
+            if not failed:
+                log.warning("schema history: cannot re-read tables from information_schema: %s", exc)
+            failed = True
+            return None
+        failed = False
+        return read
+
+    return reread
+
+
+def _master_position(query: Query) -> Position:
+    """The source's current position, with its GTID state (so a start by GTID alone can be placed before or after
+    a baseline)."""
+    import pymysql
+
+    try:
+        rows = query("SHOW MASTER STATUS")
+    except pymysql.err.MySQLError:  # MySQL 8.2+ renamed it
+        rows = query("SHOW BINARY LOG STATUS")
+    if not rows:
+        return Position("", 0)
+    row = rows[0]
+    if len(row) >= 5:  # MySQL: Executed_Gtid_Set
+        gtid = _text(row[4] or "").replace("\n", "")
+    else:
+        gtid = _text(query("SELECT @@gtid_binlog_pos")[0][0] or "")
+    return Position(_text(row[0]), int(_text(row[1])), gtid)
+
+
+def gtid_within(gtid: str, state: str) -> bool | None:
+    """Whether every transaction of ``gtid`` (one GTID, or a GTID state or set) is contained in ``state``; None when
+    that cannot be told (either is empty, or they are of different flavours)."""
+    if not gtid or not state:
+        return None
+    if is_mysql_gtid_text(gtid) != is_mysql_gtid_text(state):
+        return None
+    try:
+        if is_mysql_gtid_text(state):
+            outer = MysqlGtidSet(state).sets
+            for sid, intervals in MysqlGtidSet(gtid).sets.items():
+                covering = outer.get(sid, [])
+                if not all(any(lo >= a and hi <= b for a, b in covering) for lo, hi in intervals):
+                    return False
+            return True
+        # MariaDB: a domain's sequence numbers grow; a domain the state lacks starts from its beginning.
+        domains = MariaGtidState(state).domains
+        return all(
+            domain in domains and seq <= domains[domain][1] for domain, (_, seq) in MariaGtidState(gtid).domains.items()
+        )
+    except BinlogError:
+        return None
+
+
+def changes_as_versions(changes: Iterable[Change], position: Position, statement: str) -> list[Version]:
+    return [Version(c.schema, c.table, position, c.definition, statement) for c in changes]

@@ -1,0 +1,273 @@
+"""The relay's own model of the source's tables, and how a TABLE_MAP is checked against it.
+
+``information_schema`` describes a table as it is *now*; a reader that lags behind DDL needs the table as it was when
+a rows event was written. ``binlog.ddl`` applies each DDL statement of the stream to a ``SchemaModel``, and
+``binlog.schemahistory`` keeps the versions that result, each valid from the binlog position of its statement.
+
+A column is described as information_schema.COLUMNS would describe it (DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME,
+IS_NULLABLE), so the model can be compared with the server and handed to ``TableResolver`` as a ``SchemaTable``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from binlog.charsets import max_bytes_per_char
+from binlog.constants import (
+    MYSQL_TYPE_BIT,
+    MYSQL_TYPE_BLOB,
+    MYSQL_TYPE_BLOB_COMPRESSED,
+    MYSQL_TYPE_DATE,
+    MYSQL_TYPE_DATETIME,
+    MYSQL_TYPE_DATETIME2,
+    MYSQL_TYPE_DOUBLE,
+    MYSQL_TYPE_ENUM,
+    MYSQL_TYPE_FLOAT,
+    MYSQL_TYPE_GEOMETRY,
+    MYSQL_TYPE_INT24,
+    MYSQL_TYPE_JSON,
+    MYSQL_TYPE_LONG,
+    MYSQL_TYPE_LONGLONG,
+    MYSQL_TYPE_NEWDATE,
+    MYSQL_TYPE_NEWDECIMAL,
+    MYSQL_TYPE_SET,
+    MYSQL_TYPE_SHORT,
+    MYSQL_TYPE_STRING,
+    MYSQL_TYPE_TIME,
+    MYSQL_TYPE_TIME2,
+    MYSQL_TYPE_TIMESTAMP,
+    MYSQL_TYPE_TIMESTAMP2,
+    MYSQL_TYPE_TINY,
+    MYSQL_TYPE_VAR_STRING,
+    MYSQL_TYPE_VARCHAR,
+    MYSQL_TYPE_VARCHAR_COMPRESSED,
+    MYSQL_TYPE_YEAR,
+)
+from binlog.schema import SchemaColumn, SchemaTable
+from binlog.table import parse_enum_labels
+from binlog.tablemap import TableMap
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column, in information_schema's terms (``charset`` None for non-text columns and binary strings)."""
+
+    name: str
+    data_type: str  # "int", "varchar", "enum"...
+    column_type: str  # "int(10) unsigned", "enum('a','b')"...
+    charset: str | None = None
+    nullable: bool = True
+
+    @property
+    def unsigned(self) -> bool:
+        return " unsigned" in self.column_type
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return parse_enum_labels(self.column_type) if self.data_type in ("enum", "set") else ()
+
+
+@dataclass(frozen=True, slots=True)
+class TableDef:
+    """A table's columns in order, its primary key (column names in key order) and default charset."""
+
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+    charset: str = "utf8mb4"
+
+    def index(self, name: str) -> int:
+        """Position of a column (names are case-insensitive); -1 when absent."""
+        folded = name.casefold()
+        for i, column in enumerate(self.columns):
+            if column.name.casefold() == folded:
+                return i
+        return -1
+
+    def as_schema_table(self) -> SchemaTable:
+        return SchemaTable(
+            tuple(SchemaColumn(c.name, c.data_type, c.column_type, c.charset, c.nullable) for c in self.columns),
+            self.primary_key,
+        )
+
+    def layout(self) -> str:
+        """A one-line description for log messages."""
+        return ", ".join(f"{c.name} {c.column_type}" for c in self.columns)
+
+
+@dataclass(slots=True)
+class SchemaModel:
+    """Tables by (schema, table) and databases with their default charset, as DDL leaves them.
+
+    ``lower_case_table_names`` is the source's setting: 0 names are case-sensitive, 1 they are stored in lower case,
+    2 they are stored as given and compared in lower case.
+    """
+
+    tables: dict[tuple[str, str], TableDef] = field(default_factory=dict)
+    databases: dict[str, str] = field(default_factory=dict)  # name -> default charset
+    lower_case_table_names: int = 0
+    server_charset: str = "utf8mb4"  # character_set_server: the default of a CREATE DATABASE without one
+    names: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # key -> names as stored
+
+    def name(self, text: str) -> str:
+        """A schema or table name as the server stores it."""
+        return text.lower() if self.lower_case_table_names == 1 else text
+
+    def _key(self, schema: str, table: str) -> tuple[str, str]:
+        if self.lower_case_table_names:
+            return schema.lower(), table.lower()
+        return schema, table
+
+    def _db_key(self, schema: str) -> str:
+        return schema.lower() if self.lower_case_table_names else schema
+
+    def get(self, schema: str, table: str) -> TableDef | None:
+        return self.tables.get(self._key(schema, table))
+
+    def put(self, schema: str, table: str, definition: TableDef) -> None:
+        key = self._key(schema, table)
+        self.tables[key] = definition
+        self.names[key] = (self.name(schema), self.name(table))
+
+    def remove(self, schema: str, table: str) -> TableDef | None:
+        key = self._key(schema, table)
+        self.names.pop(key, None)
+        return self.tables.pop(key, None)
+
+    def stored_name(self, schema: str, table: str) -> tuple[str, str]:
+        return self.names.get(self._key(schema, table), (self.name(schema), self.name(table)))
+
+    def database_charset(self, schema: str) -> str:
+        return self.databases.get(self._db_key(schema), self.server_charset)
+
+    def set_database(self, schema: str, charset: str | None) -> None:
+        self.databases[self._db_key(schema)] = charset or self.server_charset
+
+    def has_database(self, schema: str) -> bool:
+        return self._db_key(schema) in self.databases
+
+    def drop_database(self, schema: str) -> list[tuple[str, str]]:
+        """Forgets a database and its tables; returns the tables' stored names."""
+        db = self._db_key(schema)
+        self.databases.pop(db, None)
+        gone = [key for key in self.tables if key[0] == db]
+        names = [self.names.get(key, key) for key in gone]
+        for key in gone:
+            del self.tables[key]
+            self.names.pop(key, None)
+        return names
+
+    def copy(self) -> SchemaModel:
+        return replace(self, tables=dict(self.tables), databases=dict(self.databases), names=dict(self.names))
+
+
+# -- checking a TABLE_MAP against a version ------------------------------------------------------------------------
+
+_INTEGER_CODES = {
+    "tinyint": MYSQL_TYPE_TINY,
+    "smallint": MYSQL_TYPE_SHORT,
+    "mediumint": MYSQL_TYPE_INT24,
+    "int": MYSQL_TYPE_LONG,
+    "bigint": MYSQL_TYPE_LONGLONG,
+}
+_BLOB_PACK = {"tiny": 1, "": 2, "medium": 3, "long": 4}
+_GEOMETRY = frozenset(
+    {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+    }
+)
+
+
+def _args(column_type: str) -> list[int]:
+    start = column_type.find("(")
+    if start < 0:
+        return []
+    inner = column_type[start + 1 : column_type.find(")", start)]
+    return [int(x) for x in inner.split(",") if x.strip().isdigit()]
+
+
+def _expected(column: Column) -> tuple[frozenset[int], int | None]:
+    """The binlog type codes a column may be written with, and its TABLE_MAP metadata when it is certain."""
+    dt = column.data_type
+    args = _args(column.column_type)
+    if dt in _INTEGER_CODES:
+        return frozenset({_INTEGER_CODES[dt]}), None
+    if dt == "decimal":
+        precision, scale = ([*args, 10, 0])[:2] if args else (10, 0)
+        return frozenset({MYSQL_TYPE_NEWDECIMAL}), precision << 8 | scale
+    if dt == "float":
+        return frozenset({MYSQL_TYPE_FLOAT}), None
+    if dt == "double":
+        return frozenset({MYSQL_TYPE_DOUBLE}), None
+    if dt == "bit":
+        bits = args[0] if args else 1
+        return frozenset({MYSQL_TYPE_BIT}), (bits % 8) << 8 | bits // 8
+    if dt == "year":
+        return frozenset({MYSQL_TYPE_YEAR}), None
+    if dt == "date":
+        return frozenset({MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE}), None
+    if dt == "time":
+        return frozenset({MYSQL_TYPE_TIME, MYSQL_TYPE_TIME2}), None
+    if dt == "datetime":
+        return frozenset({MYSQL_TYPE_DATETIME, MYSQL_TYPE_DATETIME2}), None
+    if dt == "timestamp":
+        return frozenset({MYSQL_TYPE_TIMESTAMP, MYSQL_TYPE_TIMESTAMP2}), None
+    if dt in ("char", "binary"):
+        width = (args[0] if args else 1) * (1 if dt == "binary" else max_bytes_per_char(column.charset))
+        return frozenset({MYSQL_TYPE_STRING}), width
+    if dt in ("varchar", "varbinary"):
+        width = (args[0] if args else 0) * (1 if dt == "varbinary" else max_bytes_per_char(column.charset))
+        return frozenset({MYSQL_TYPE_VARCHAR, MYSQL_TYPE_VAR_STRING, MYSQL_TYPE_VARCHAR_COMPRESSED}), width
+    for prefix, pack in _BLOB_PACK.items():
+        if dt in (prefix + "text", prefix + "blob"):
+            return frozenset({MYSQL_TYPE_BLOB, MYSQL_TYPE_BLOB_COMPRESSED}), pack
+    if dt == "enum":
+        return frozenset({MYSQL_TYPE_ENUM}), 1 if len(column.labels) < 256 else 2
+    if dt == "set":
+        count = len(column.labels)
+        return frozenset({MYSQL_TYPE_SET}), (count + 7) // 8 if count <= 32 else 8
+    if dt == "json":
+        return frozenset({MYSQL_TYPE_JSON, MYSQL_TYPE_BLOB}), None
+    if dt in _GEOMETRY:
+        return frozenset({MYSQL_TYPE_GEOMETRY}), None
+    return frozenset(), None  # a type the model does not know (INET6, UUID...): anything goes
+
+
+def layout_mismatch(definition: TableDef, tm: TableMap) -> str | None:
+    """Why a TABLE_MAP cannot have been written for ``definition`` (None when it can).
+
+    Checked: the column count, each column's binlog type, and the metadata that follows from the declared type alone
+    (DECIMAL precision and scale, BIT width, CHAR/VARCHAR byte length, TEXT/BLOB size class, ENUM/SET pack length);
+    with row metadata, the names and signedness too. A rename or a reorder of same-typed columns passes: that only the
+    history itself can get right.
+    """
+    if len(definition.columns) != len(tm.types):
+        return f"{len(tm.types)} columns in the event, {len(definition.columns)} in the history"
+    opt = tm.optional
+    for i, (column, code, meta) in enumerate(zip(definition.columns, tm.types, tm.metas, strict=True)):
+        codes, expected_meta = _expected(column)
+        if codes and code not in codes:
+            return f"column {i + 1} ({column.name} {column.column_type}) is binlog type {code}"
+        if codes and expected_meta is not None and meta != expected_meta:
+            return f"column {i + 1} ({column.name} {column.column_type}) has metadata {meta}, not {expected_meta}"
+        if opt is not None and opt.names and i < len(opt.names) and opt.names[i].casefold() != column.name.casefold():
+            return f"column {i + 1} is named {opt.names[i]} in the event, {column.name} in the history"
+        signed_known = opt is not None and opt.unsigned is not None and column.data_type in _INTEGER_CODES
+        if signed_known and opt is not None and opt.unsigned is not None and opt.unsigned[i] != column.unsigned:
+            return f"column {i + 1} ({column.name}) differs in signedness"
+    return None
+
+
+def event_layout(tm: TableMap) -> str:
+    """The TABLE_MAP's own description of the columns, for log messages."""
+    names = tm.optional.names if tm.optional is not None and tm.optional.names else None
+    return ", ".join(
+        f"{names[i] if names and i < len(names) else '@' + str(i + 1)} type {t} meta {m}"
+        for i, (t, m) in enumerate(zip(tm.types, tm.metas, strict=True))
+    )

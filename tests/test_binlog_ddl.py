@@ -1,0 +1,320 @@
+"""The schema model against a real MariaDB: seeded random DDL sequences, and every form of the issue by hand.
+
+After each statement the server accepts, the model (binlog.ddl applied to the statement text, as the binlog carries
+it) must equal information_schema for every table of the test's schemas: column names, DATA_TYPE, COLUMN_TYPE (so
+signedness, lengths, ENUM/SET labels), charset, nullability, primary key.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pymysql
+import pytest
+
+from binlog import read_binlog_files
+from binlog.ddl import DdlError, apply_statement, tokenize
+from binlog.schemahistory import read_model
+from binlog.schemamodel import SchemaModel
+from tests.harness.mariadb import MariaDB
+
+_TYPES = [
+    "INT",
+    "INT UNSIGNED",
+    "TINYINT(3)",
+    "SMALLINT ZEROFILL",
+    "BIGINT UNSIGNED",
+    "MEDIUMINT",
+    "BOOL",
+    "DECIMAL(8,3)",
+    "NUMERIC(5)",
+    "FLOAT",
+    "FLOAT(30)",
+    "DOUBLE",
+    "REAL",
+    "BIT(5)",
+    "YEAR",
+    "DATE",
+    "TIME(3)",
+    "DATETIME",
+    "DATETIME(6)",
+    "TIMESTAMP(2) NULL",
+    "CHAR(3)",
+    "VARCHAR(20)",
+    "VARCHAR(10) CHARACTER SET latin1",
+    "VARCHAR(7) COLLATE utf8mb4_bin",
+    "NATIONAL VARCHAR(5)",
+    "CHAR(4) CHARACTER SET binary",
+    "BINARY(4)",
+    "VARBINARY(9)",
+    "TINYTEXT",
+    "TEXT",
+    "TEXT(300)",
+    "MEDIUMTEXT CHARSET latin1",
+    "LONGTEXT",
+    "BLOB",
+    "TINYBLOB",
+    "JSON",
+    "ENUM('a','b''c','d e')",
+    "SET('x','y','z')",
+    "INT8",
+    "POINT",
+    "GEOMETRY",
+    "INET6",
+    "VARCHAR(12) NOT NULL",
+    "INT NOT NULL DEFAULT 5 COMMENT 'PRIMARY KEY'",
+    "VARCHAR(6) DEFAULT 'a,b' NOT NULL",
+]
+_NAMES = ["a", "b", "c", "col d", "select", "Ünï", "x1", "order", "e`q"]
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+class _Scenario:
+    """Random DDL over a few tables of two schemas, only the statements the server accepts applied to the model."""
+
+    def __init__(self, server: MariaDB, schemas: list[str], seed: int) -> None:
+        self.server = server
+        self.schemas = schemas
+        self.rnd = random.Random(seed)
+        self.conn = server.connect(schemas[0])
+        self.model = self._read()
+        self.applied = 0
+
+    def _query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return list(cur.fetchall())
+
+    def _read(self) -> SchemaModel:
+        return read_model(self._query, self.schemas)
+
+    def tables(self) -> list[tuple[str, str]]:
+        return sorted(self.model.tables)
+
+    def column_names(self, key: tuple[str, str]) -> list[str]:
+        found = self.model.tables.get(key)
+        return [c.name for c in found.columns] if found else []
+
+    def table_ref(self, key: tuple[str, str]) -> str:
+        if key[0] == self.schemas[0] and self.rnd.random() < 0.5:
+            return _q(key[1])  # unqualified: the QUERY event's default database
+        return f"{_q(key[0])}.{_q(key[1])}"
+
+    def new_name(self) -> str:
+        return self.rnd.choice(["t1", "t2", "t 3", "Tab", "drop", "t5"]) + str(self.rnd.randint(0, 3))
+
+    def coldef(self, name: str) -> str:
+        return f"{_q(name)} {self.rnd.choice(_TYPES)}"
+
+    def statement(self) -> str:
+        r = self.rnd
+        tables = self.tables()
+        forms = ["create"] * 3 + ["create_db"] if len(tables) < 2 else ["create"]
+        if tables:
+            forms += ["alter"] * 8 + ["rename", "drop", "like", "convert", "pk", "rename_col", "drop_db"]
+        form = r.choice(forms)
+        if form == "create_db":
+            return f"DROP DATABASE IF EXISTS {_q(self.schemas[1])}"
+        if form == "create":
+            names = r.sample(_NAMES, r.randint(1, 5))
+            defs = [self.coldef(n) for n in names]
+            if r.random() < 0.5:
+                defs.append(
+                    f"PRIMARY KEY ({', '.join(_q(n) for n in r.sample(names, r.randint(1, min(2, len(names)))))})"
+                )
+            options = r.choice(
+                ["", " ENGINE=InnoDB", " DEFAULT CHARSET=latin1", " CHARACTER SET = utf8mb3", " COLLATE utf8mb4_bin"]
+            )
+            schema = r.choice(self.schemas)
+            ref = _q(self.new_name()) if schema == self.schemas[0] else f"{_q(schema)}.{_q(self.new_name())}"
+            head = r.choice(
+                ["CREATE TABLE", "CREATE TABLE IF NOT EXISTS", "CREATE OR REPLACE TABLE", "create /* c */ table"]
+            )
+            return f"{head} {ref} (\n  {', '.join(defs)}\n){options}"
+        key = r.choice(tables)
+        ref = self.table_ref(key)
+        cols = self.column_names(key)
+        if form == "drop_db":
+            return (
+                f"DROP DATABASE {_q(self.schemas[1])}"
+                if r.random() < 0.3
+                else f"CREATE DATABASE IF NOT EXISTS {_q(self.schemas[1])} CHARACTER SET latin1"
+            )
+        if form == "rename":
+            other = r.choice(self.schemas)
+            pairs = [f"{ref} TO {_q(other)}.{_q(self.new_name())}"]
+            if len(tables) > 1 and r.random() < 0.5:
+                second = r.choice([t for t in tables if t != key])
+                pairs.append(f"{self.table_ref(second)} TO {_q(r.choice(self.schemas))}.{_q(self.new_name())}")
+            return "RENAME TABLE " + ", ".join(pairs)
+        if form == "drop":
+            extra = f", {_q(self.schemas[1])}.`nonexistent`" if r.random() < 0.3 else ""
+            return f"DROP TABLE IF EXISTS {ref}{extra} /* generated by server */"
+        if form == "like":
+            return f"CREATE TABLE {_q(r.choice(self.schemas))}.{_q(self.new_name())} LIKE {_q(key[0])}.{_q(key[1])}"
+        if form == "convert":
+            return f"ALTER TABLE {ref} CONVERT TO CHARACTER SET {r.choice(['latin1', 'utf8mb4', 'utf8'])}"
+        if form == "pk":
+            if r.random() < 0.5:
+                return f"ALTER TABLE {ref} DROP PRIMARY KEY"
+            return f"ALTER TABLE {ref} DROP PRIMARY KEY, ADD PRIMARY KEY ({_q(r.choice(cols))})" if cols else "DO 1"
+        if form == "rename_col":
+            if not cols:
+                return "DO 1"
+            return f"ALTER TABLE {ref} RENAME COLUMN {_q(r.choice(cols))} TO {_q(r.choice(_NAMES) + 'r')}"
+        clauses = []
+        used: set[str] = set()
+        for _ in range(r.randint(1, 3)):
+            kind = r.choice(["add", "add", "drop", "modify", "change", "add_list", "algo"])
+            position = r.choice(["", "", " FIRST", f" AFTER {_q(r.choice(cols))}" if cols else ""])
+            free = [n for n in _NAMES if n.casefold() not in {c.casefold() for c in cols} | used]
+            if kind == "add" and free:
+                name = r.choice(free)
+                used.add(name)
+                clauses.append(f"ADD {r.choice(['COLUMN ', ''])}{self.coldef(name)}{position}")
+            elif kind == "add_list" and len(free) > 1:
+                names = r.sample(free, 2)
+                used.update(names)
+                clauses.append(f"ADD COLUMN ({self.coldef(names[0])}, {self.coldef(names[1])})")
+            elif kind == "drop" and cols:
+                clauses.append(f"DROP COLUMN {_q(r.choice(cols))}")
+            elif kind == "modify" and cols:
+                clauses.append(f"MODIFY {self.coldef(r.choice(cols))}{position}")
+            elif kind == "change" and cols and free:
+                new = r.choice(free)
+                used.add(new)
+                clauses.append(f"CHANGE {_q(r.choice(cols))} {self.coldef(new)}{position}")
+            elif kind == "algo":
+                clauses.append(r.choice(["ALGORITHM=COPY", "LOCK = SHARED", "ALGORITHM=DEFAULT, LOCK=DEFAULT"]))
+        if not clauses:
+            return "DO 1"
+        text = f"ALTER TABLE {ref} " + ", ".join(clauses)
+        return f"/*!40000 {text} */" if r.random() < 0.2 else text
+
+    def step(self) -> str | None:
+        sql = self.statement()
+        try:
+            self._query(sql)
+        except pymysql.err.MySQLError:
+            return None  # refused by the server: not in the binlog either
+        apply_statement(self.model, self.schemas[0], sql)
+        self.applied += 1
+        return sql
+
+
+def _assert_same(model: SchemaModel, server: SchemaModel, sql: str) -> None:
+    assert sorted(model.tables) == sorted(server.tables), sql
+    for key, expected in server.tables.items():
+        got = model.tables[key]
+        assert got.columns == expected.columns, (key, sql)
+        assert got.primary_key == expected.primary_key, (key, sql)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_ddl_matches_information_schema(mariadb: MariaDB, seed: int) -> None:
+    schemas = [f"ddl{seed}a", f"ddl{seed}b"]
+    for name in schemas:
+        mariadb.execute(f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}")
+    mariadb.execute(f"ALTER DATABASE {schemas[1]} CHARACTER SET latin1")
+    scenario = _Scenario(mariadb, schemas, seed)
+    try:
+        for _ in range(60):
+            sql = scenario.step()
+            if sql is not None:
+                _assert_same(scenario.model, scenario._read(), sql)
+        assert scenario.applied > 30
+    finally:
+        scenario.conn.close()
+        for name in schemas:
+            mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def test_statement_forms(mariadb: MariaDB) -> None:
+    """Each form of the issue, once, in a fixed order (the random test may miss one)."""
+    s1, s2 = "ddlforms1", "ddlforms2"
+    statements = [
+        f"CREATE DATABASE {s1}",
+        f"CREATE DATABASE IF NOT EXISTS {s2} DEFAULT CHARACTER SET latin1",
+        "CREATE TABLE `my t` (id INT UNSIGNED NOT NULL PRIMARY KEY, `select` VARCHAR(5)) -- c\n",
+        "CREATE TABLE IF NOT EXISTS `my t` (zzz INT)",
+        "# a comment\nCREATE TABLE t2 LIKE `my t`",
+        f"CREATE TABLE {s2}.sel (a INT, b VARCHAR(3)) SELECT 1 AS a, 'x' AS b",
+        "CREATE TEMPORARY TABLE tmp (a INT)",
+        "ALTER TABLE tmp ADD COLUMN b INT",
+        "CREATE VIEW v AS SELECT * FROM t2",
+        "CREATE ALGORITHM=UNDEFINED DEFINER=`root`@`localhost` SQL SECURITY DEFINER VIEW v2 AS SELECT 1 AS x",
+        "ALTER TABLE t2 ADD COLUMN a INT AFTER id, ADD b TEXT FIRST, ALGORITHM=INPLACE, LOCK=NONE",
+        "ALTER TABLE t2 ADD COLUMN (c DATE, d ENUM('p','q'))",
+        "ALTER TABLE t2 MODIFY COLUMN a BIGINT NOT NULL FIRST, CHANGE `select` s2 VARCHAR(9) AFTER d",
+        "ALTER TABLE t2 RENAME COLUMN s2 TO `s 3`, DROP COLUMN c",
+        "ALTER TABLE t2 DROP PRIMARY KEY, ADD PRIMARY KEY (a, `s 3`)",
+        "ALTER TABLE t2 CONVERT TO CHARACTER SET latin1",
+        "ALTER TABLE t2 CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        "/*!40000 ALTER TABLE t2 ADD COLUMN e INT */",
+        "ALTER TABLE t2 /* inline */ ADD COLUMN f INT /*!50100 AFTER e */",
+        "ALTER TABLE IF EXISTS nope ADD COLUMN x INT",
+        "ALTER TABLE t2 ADD COLUMN IF NOT EXISTS e INT, DROP COLUMN IF EXISTS nope",
+        f"RENAME TABLE `my t` TO {s2}.moved, t2 TO t3",
+        f"ALTER TABLE t3 RENAME TO {s2}.t4",
+        f"DROP TABLE IF EXISTS {s2}.moved, nope",
+        "DROP VIEW v",
+        f"DROP DATABASE {s2}",
+        "TRUNCATE TABLE t2" if False else "DO 1",
+    ]
+    for name in (s1, s2):
+        mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
+    conn = mariadb.connect()
+    model = SchemaModel(server_charset="utf8mb4")
+
+    def query(sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return list(cur.fetchall())
+
+    try:
+        for sql in statements:
+            file, pos = mariadb.binlog_position()
+            query(sql)
+            if sql == statements[0]:
+                query(f"USE {s1}")
+            # What the binlog carries (the server rewrites some statements: CREATE ... SELECT, DROP TABLE)
+            for trx in read_binlog_files([mariadb.datadir / file], start=pos):
+                for default, logged in zip(trx.schemas, trx.statements, strict=True):
+                    apply_statement(model, default, logged)
+            _assert_same(model, read_model(query, [s1, s2]), sql)
+            if sql.startswith("ALTER TABLE t2 ADD COLUMN IF NOT EXISTS"):
+                t2 = model.tables[(s1, "t2")]
+                assert [c.name for c in t2.columns] == ["a", "b", "id", "d", "s 3", "e", "f"]
+                assert t2.primary_key == ("a", "s 3")
+        assert model.tables == {}  # all renamed away, dropped, or gone with their database
+    finally:
+        conn.close()
+        for name in (s1, s2):
+            mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def test_lower_case_table_names() -> None:
+    model = SchemaModel(lower_case_table_names=1)
+    apply_statement(model, "Db", "CREATE TABLE `MyTable` (A INT)")
+    apply_statement(model, "db", "ALTER TABLE mytable ADD COLUMN b INT")
+    assert list(model.tables) == [("db", "mytable")]
+    assert [c.name for c in model.tables[("db", "mytable")].columns] == ["A", "b"]
+
+
+def test_unreadable_statements_raise() -> None:
+    model = SchemaModel()
+    with pytest.raises(DdlError):
+        apply_statement(model, "s", "CREATE TABLE t SELECT 1 AS a")
+    with pytest.raises(DdlError):
+        apply_statement(model, "s", "ALTER TABLE unknown ADD COLUMN a INT")
+    with pytest.raises(DdlError):
+        apply_statement(model, "", "CREATE TABLE t (a INT)")  # no default database
+
+
+def test_tokenizer_keeps_executable_comments_and_drops_others() -> None:
+    texts = [t.text for t in tokenize("/*!40101 ALTER */ /* no */ TABLE `a``b` -- x\n ADD #y\n c /*M!100100 INT */")]
+    assert texts == ["ALTER", "TABLE", "a`b", "ADD", "c", "INT"]

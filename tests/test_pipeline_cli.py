@@ -1,0 +1,142 @@
+"""``manage.py usagepipeline`` as an operator runs it: a bad master, an unwritable output and a missing input each
+end in one line and exit status 1 within seconds, before any decoding; a partial input ends in exit status 2; no run
+leaves files behind in the temporary folders it was given."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from devtools.sandbox import MariaDB
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def command_env(folder: Path) -> dict[str, str]:
+    """The command's environment: its own data folder and store, and temporary folders the test can inspect."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("RELAY_", "SPARK_", "PYSPARK_"))}
+    for name in ("data", "tmp", "spark-local"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    env.update(
+        DJANGO_SETTINGS_MODULE="relayproject.settings",
+        DJANGO_SECRET_KEY="pipeline-tests",
+        RELAY_DATA_DIR=str(folder / "data"),
+        DATABASE_URL=f"sqlite:///{folder / 'data' / 'store.sqlite3'}",
+        TMPDIR=str(folder / "tmp"),
+        SPARK_LOCAL_DIRS=str(folder / "spark-local"),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def usagepipeline(folder: Path, *args: str, timeout: float = 120) -> tuple[int, str, str, float]:
+    """Runs the command; returns (exit status, stdout, stderr, seconds)."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "manage.py", "usagepipeline", *args],
+        cwd=REPO,
+        env=command_env(folder),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return result.returncode, result.stdout, result.stderr, time.monotonic() - started
+
+
+def leftovers(folder: Path, wait: float = 15.0) -> list[str]:
+    """What a run left in the temporary folders it was given. Spark's JVM outlives the command's Python by the time
+    its shutdown hooks take (they remove its scratch folders), so this waits for them a little."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = sorted(str(p.relative_to(folder)) for name in ("tmp", "spark-local") for p in (folder / name).iterdir())
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_unreachable_master_is_one_line_at_once(tmp_path: Path) -> None:
+    port = free_port()
+    code, out, err, seconds = usagepipeline(
+        tmp_path, "--binlogs", str(tmp_path), "--out", str(tmp_path / "out"), "--master", f"spark://127.0.0.1:{port}"
+    )
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        f"CommandError: master spark://127.0.0.1:{port} is not reachable (127.0.0.1:{port}: connection refused)"
+    ]
+    assert seconds < 15 and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("master", ["spark://127.0.0.1", "local[x]", "spark:/127.0.0.1:7077", "yarnn"])
+def test_malformed_master_is_one_line(tmp_path: Path, master: str) -> None:
+    code, _out, err, seconds = usagepipeline(tmp_path, "--binlogs", str(tmp_path), "--out", "x", "--master", master)
+    assert code == 1 and len(err.splitlines()) == 1 and seconds < 15
+    assert err.startswith(f"CommandError: --master {master!r}")
+
+
+def test_unwritable_output_fails_before_decoding(tmp_path: Path) -> None:
+    """The output's folder cannot be made (its parent is a file): found by the probe, before any input is read."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    binlogs = tmp_path / "binlogs"
+    binlogs.mkdir()
+    (binlogs / "binlog.000001").write_bytes(b"\xfebin")
+    code, out, err, seconds = usagepipeline(
+        tmp_path, "--binlogs", str(binlogs), "--out", str(blocker / "out"), "--master", "local[1]", "--no-load"
+    )
+    assert code == 1 and "decode" not in out
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"CommandError: output file:{blocker}/out cannot be"), err
+    assert seconds < 60 and blocker.read_text() == "not a folder"
+    assert leftovers(tmp_path) == []
+
+
+def test_missing_input_fails_before_decoding_and_verbose_shows_sparks_log(tmp_path: Path) -> None:
+    args = ("--binlogs", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"), "--master", "local[1]")
+    code, out, err, seconds = usagepipeline(tmp_path, *args)
+    assert code == 1 and "decode" not in out and seconds < 60
+    assert err.splitlines() == [f"CommandError: missing input: {tmp_path / 'nowhere'}: no such file or directory"]
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+    code, _out, err, _seconds = usagepipeline(tmp_path, *args, "--verbose")
+    assert code == 1 and len(err.splitlines()) > 1 and "Spark" in err
+    assert err.splitlines()[-1].startswith("CommandError: missing input:")
+
+
+def test_partial_input_is_in_the_exit_status(fresh_schema: tuple[MariaDB, str], tmp_path: Path) -> None:
+    """A binlog cut inside a transaction: the run goes on, writes its outputs, and exits 2 with the file's line."""
+    from tests.test_pipeline import event_map, run_workload
+
+    server, schema = fresh_schema
+    _w, files = run_workload(server, schema)
+    binlogs = tmp_path / "binlogs"
+    binlogs.mkdir()
+    cut = event_map(files[0])[-2][0]  # the start of the last transaction's commit: inside that transaction
+    (binlogs / files[0].name).write_bytes(files[0].read_bytes()[:cut])
+    for path in files[1:]:
+        (binlogs / path.name).write_bytes(path.read_bytes())
+    out = tmp_path / "out"
+    code, stdout, err, _seconds = usagepipeline(
+        tmp_path, "--binlogs", str(binlogs), "--out", f"file://{out}", "--master", "local[1]", "--no-load"
+    )
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"not counted: file:{binlogs / files[0].name}: partial: ends inside")
+    assert lines[1].startswith("CommandError: 1 input(s) not counted in full (3 of 3 files counted)")
+    assert "files: 2 complete" in stdout and "1 partial" in stdout
+    assert len(list(out.glob("run-*.json"))) == 1 and (out / "usage_hourly").is_dir()
+    assert leftovers(tmp_path) == []

@@ -1,0 +1,209 @@
+"""The schema history end to end: the worker live, lagging behind DDL, and killed between a DDL and its rows.
+
+Property: every text column holds its own name as its value, so any column delivered under another's name shows.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from django.test import Client as HttpClient
+
+from devtools.sandbox import MariaDB
+from devtools.wait import wait_for
+from relay import store
+from relay.models import Change, Client, SchemaBaseline, SchemaVersion, WorkerStatus
+from relay.store import rowcodec
+from relay.web.metrics import render_metrics
+from tests.harness.processes import RelayProcess, relay_env
+from tests.helpers.worker import caught_up, subscribe
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _worker(server: MariaDB, start: tuple[str, int] | None = None) -> RelayProcess:
+    args = ["runbinlog", "--batch-ms", "50"]
+    if start:
+        args += ["--from", f"{start[0]}:{start[1]}"]
+    return RelayProcess(relay_env(server), *args).start()
+
+
+def _steps(schema: str) -> list[str]:
+    t = f"{schema}.t"
+    return [
+        f"INSERT INTO {t} VALUES (1, 'a', 'b')",
+        f"ALTER TABLE {t} CHANGE a c VARCHAR(20), CHANGE b a VARCHAR(20)",
+        f"INSERT INTO {t} VALUES (2, 'c', 'a')",
+        f"ALTER TABLE {t} ADD COLUMN `x y` VARCHAR(20) FIRST, MODIFY c VARCHAR(20) AFTER a",
+        f"INSERT INTO {t} VALUES ('x y', 3, 'a', 'c')",
+        f"/*!40000 ALTER TABLE {t} RENAME COLUMN `x y` TO z */",
+        f"INSERT INTO {t} VALUES ('z', 4, 'a', 'c')",
+        f"ALTER TABLE {t} DROP COLUMN a",
+        f"INSERT INTO {t} VALUES ('z', 5, 'c')",
+    ]
+
+
+def _execute(server: MariaDB, statement: str) -> str:
+    """Runs a statement; its GTID."""
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(statement)
+        cur.execute("SELECT @@last_gtid")
+        return str(cur.fetchone()[0])
+
+
+def _rows(client_name: str) -> list[dict[str, str | None]]:
+    client = Client.objects.get(name=client_name)
+    changes = [Change.objects.get(id=change_id) for _, change_id in store.entry_change_ids(client.id, 0, 100)]
+    return [{col.name: col.after for col in rowcodec.decode(change.data)} for change in changes]
+
+
+SERVERS = {"none": "mariadb_no_metadata", "minimal": "mariadb_minimal_metadata", "full": "mariadb"}
+
+
+@pytest.mark.parametrize("mode", ["live", "lagging", "kill"])
+@pytest.mark.parametrize("metadata", ["none", "minimal", "full"])
+def test_each_text_column_holds_its_own_name(metadata: str, mode: str, request: pytest.FixtureRequest) -> None:
+    server: MariaDB = request.getfixturevalue(SERVERS[metadata])
+    schema = f"sh_{metadata}_{mode}_{random.randrange(10**6)}"
+    server.execute(
+        f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))"
+    )
+    subscribe("c", 7, schema, "t")
+    worker = _worker(server, server.binlog_position())
+    wait_for(SchemaBaseline.objects.exists, timeout=60, message="the schema baseline")  # at the start position
+    if mode == "lagging":
+        assert worker.stop() == 0
+    ddl_gtids = []
+    for statement in _steps(schema):
+        gtid = _execute(server, statement)
+        if "ALTER" in statement:
+            ddl_gtids.append(gtid)
+        if mode == "kill" and "ALTER" in statement:
+            caught_up(server, worker)  # the DDL is in the store with its checkpoint
+            worker.kill()
+            worker.wait()
+            worker = _worker(server)
+    if mode == "lagging":
+        worker = _worker(server)
+    caught_up(server, worker)
+    rows = _rows("c")
+    assert [row["id"] for row in rows] == ["1", "2", "3", "4", "5"]
+    for row in rows:
+        for name, value in row.items():
+            if name != "id":
+                assert value == name, rows
+    versions = SchemaVersion.objects.filter(schema_name=schema, table_name="t", baseline=False)
+    assert [v.gtid for v in versions.order_by("binlog_file", "binlog_pos")] == ddl_gtids  # a position's GTID part
+    assert WorkerStatus.objects.get().schema_problems == 0
+    worker.stop()
+    server.execute(f"DROP DATABASE {schema}")
+
+
+def _lose_the_table(server: MariaDB, schema: str) -> None:
+    """An incident: a column added with sql_log_bin=0, so the history cannot know it."""
+    with server.connect(schema) as conn, conn.cursor() as cur:
+        cur.execute("SET sql_log_bin = 0")
+        cur.execute("ALTER TABLE t ADD COLUMN b VARCHAR(20)")
+        cur.execute("SET sql_log_bin = 1")
+
+
+def test_a_lost_table_is_re_read_once_the_worker_is_current(mariadb_no_metadata: MariaDB, viewer: HttpClient) -> None:
+    """Rows after the incident go out with positional names and the problem is counted (/metrics, dashboard); at
+    the next heartbeat with nothing pending the table is re-read, and later rows have their names again."""
+    server = mariadb_no_metadata
+    schema = f"sh_reread_{random.randrange(10**6)}"
+    server.execute(f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20))")
+    subscribe("c", 7, schema, "t")
+    worker = _worker(server, server.binlog_position())
+    caught_up(server, worker)
+    _lose_the_table(server, schema)
+    server.execute(f"INSERT INTO {schema}.t VALUES (1, 'a', 'b')")
+    caught_up(server, worker)
+    wait_for(
+        lambda: SchemaVersion.objects.filter(schema_name=schema, statement__startswith="-- re-read").exists(),
+        timeout=30,
+        message="the table re-read from information_schema",
+    )
+    server.execute(f"INSERT INTO {schema}.t VALUES (2, 'a', 'b')")
+    caught_up(server, worker)
+    assert _rows("c") == [{"@1": "1", "@2": "a", "@3": "b"}, {"id": "2", "a": "a", "b": "b"}]
+    reread = SchemaVersion.objects.get(schema_name=schema, statement__startswith="-- re-read")
+    assert [c[0] for c in reread.columns] == ["id", "a", "b"]
+    status = WorkerStatus.objects.get()
+    assert status.schema_problems == 1 and f"{schema}.t" in status.last_schema_problem
+    assert f'relay_schema_mismatches_total{{source="{status.source}"}} 1' in render_metrics()
+    overview = viewer.get("/").content.decode()
+    assert "Schema history problems" in overview and "does not match the history" in overview
+    page = viewer.get("/schema/", {"q": f"{schema}.t"}).content.decode()
+    assert f"{reread.binlog_file}:{reread.binlog_pos}" in page and "re-read from information_schema" in page
+    worker.stop()
+    server.execute(f"DROP DATABASE {schema}")
+
+
+def test_rebaseline_command(mariadb_no_metadata: MariaDB) -> None:
+    """manage.py rebaseline --table after an incident gives the table a version from the source's position on;
+    without --table the whole history starts again there."""
+    server = mariadb_no_metadata
+    schema = f"sh_rebase_{random.randrange(10**6)}"
+    server.execute(f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20))")
+    subscribe("c", 7, schema, "t")
+    worker = _worker(server, server.binlog_position())
+    caught_up(server, worker)
+    assert worker.stop() == 0
+    _lose_the_table(server, schema)
+
+    refused = RelayProcess(relay_env(server), "rebaseline", "--table", "t").start()
+    assert refused.wait() == 1 and "expected SCHEMA.TABLE" in refused.output
+    command = RelayProcess(relay_env(server), "rebaseline", "--table", f"{schema}.t").start()
+    assert command.wait() == 0, command.output
+    file, pos = server.binlog_position()
+    assert f"{schema}.t from {file}:{pos}" in command.output and "b varchar(20)" in command.output
+    version = SchemaVersion.objects.get(schema_name=schema, statement__contains="manage.py rebaseline")
+    assert (version.binlog_file, version.binlog_pos, [c[0] for c in version.columns]) == (file, pos, ["id", "a", "b"])
+    assert SchemaVersion.objects.filter(schema_name=schema, baseline=True).count() == 1  # the older one stays
+
+    server.execute(f"INSERT INTO {schema}.t VALUES (1, 'a', 'b')")
+    worker = _worker(server)  # from its checkpoint, before the re-read version: the history rewinds to it
+    caught_up(server, worker)
+    assert _rows("c") == [{"id": "1", "a": "a", "b": "b"}]
+    assert WorkerStatus.objects.get().schema_problems == 0
+    assert worker.stop() == 0
+
+    whole = RelayProcess(relay_env(server), "rebaseline").start()
+    assert whole.wait() == 0, whole.output
+    base = SchemaBaseline.objects.get()
+    assert (base.binlog_file, base.binlog_pos) == server.binlog_position() and base.gtid
+    assert not SchemaVersion.objects.filter(baseline=False).exists()
+    assert SchemaVersion.objects.filter(schema_name=schema, table_name="t", baseline=True).count() == 1
+    server.execute(f"DROP DATABASE {schema}")
+
+
+def test_a_start_by_gtid_alone_rewinds_the_history(mariadb_no_metadata: MariaDB) -> None:
+    """--from-gtid at a state before all the DDL: the rows are delivered again, each under the names of its time,
+    and the versions are made again once each."""
+    server = mariadb_no_metadata
+    schema = f"sh_gtid_{random.randrange(10**6)}"
+    server.execute(
+        f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))"
+    )
+    subscribe("c", 7, schema, "t")
+    worker = _worker(server, server.binlog_position())
+    wait_for(SchemaBaseline.objects.exists, timeout=60, message="the schema baseline")
+    start_gtid = str(server.query("SELECT @@gtid_binlog_pos")[0][0])
+    for statement in _steps(schema):
+        server.execute(statement)
+    caught_up(server, worker)
+    assert worker.stop() == 0
+    worker = RelayProcess(relay_env(server), "runbinlog", "--batch-ms", "50", "--from-gtid", start_gtid).start()
+    wait_for(lambda: len(_rows("c")) == 10, timeout=60, message="the rows delivered again")
+    rows = _rows("c")
+    assert [row["id"] for row in rows] == ["1", "2", "3", "4", "5"] * 2
+    for row in rows:
+        for name, value in row.items():
+            if name != "id":
+                assert value == name, rows
+    assert SchemaVersion.objects.filter(schema_name=schema, baseline=False).count() == 4
+    assert WorkerStatus.objects.get().schema_problems == 0
+    assert worker.stop() == 0
+    server.execute(f"DROP DATABASE {schema}")
