@@ -73,6 +73,8 @@ KIND_DELETE = 4
 #: Each kind's name (the JSON change log, ``dump --json``) and letter (the original's change-log lines and filters).
 KIND_NAMES = {KIND_INSERT: "insert", KIND_UPDATE: "update", KIND_DELETE: "delete"}
 KIND_LETTERS = {KIND_INSERT: "I", KIND_UPDATE: "U", KIND_DELETE: "D"}
+#: The kinds in the order that counts of inserts, updates and deletes are listed everywhere.
+KIND_ORDER = (KIND_INSERT, KIND_UPDATE, KIND_DELETE)
 
 WRITE_ROWS_EVENTS = frozenset(
     {

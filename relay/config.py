@@ -106,7 +106,6 @@ class RelayConfig:
     allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
     mail: MailConfig = field(default_factory=lambda: MailConfig("", 25, "", "", "", False))
     config_path: Path | None = None
-    warnings: tuple[str, ...] = field(default=())
 
 
 # -- reading the file and the environment -------------------------------------------------------------------------
@@ -260,7 +259,6 @@ def load_config(
     config_path = config_path_from(environ, path)
     parser = read_ini(config_path) if config_path else configparser.ConfigParser(interpolation=None)
     values = _Values(parser, environ)
-    warnings: list[str] = []
 
     data_dir = Path(values.text("Server", "DataDir") or environ.get("RELAY_DATA_DIR", "") or "var").expanduser()
     if not data_dir.is_absolute():
@@ -340,7 +338,6 @@ def load_config(
         allowed_hosts=allowed_hosts,
         mail=mail,
         config_path=config_path,
-        warnings=tuple(warnings),
     )
 
 

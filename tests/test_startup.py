@@ -20,7 +20,8 @@ import pytest
 from devtools.sandbox import MariaDB, free_tcp_port
 from devtools.wait import wait_for
 from relay.models import Checkpoint, WorkerStatus
-from tests.harness.processes import REPO, RelayProcess, relay_env
+from relay.web import health
+from tests.helpers.processes import REPO, RelayProcess, relay_env
 from tests.helpers.worker import caught_up, queue_of, subscribe
 
 
@@ -209,13 +210,18 @@ def test_a_source_that_goes_away_shows_as_reconnecting_then_connected() -> None:
         worker = RelayProcess(relay_env(server), "runbinlog").start()
         wait_for(lambda: WorkerStatus.objects.filter(state="connected").exists(), 30, message="connected")
         caught_up(server, worker)
+        assert not health.check().failing("worker_not_connected")
         server.stop()
         wait_for(lambda: WorkerStatus.objects.filter(state="reconnecting").exists(), 30, message="reconnecting")
         assert WorkerStatus.objects.get().last_error
+        # The source stopped: the one health rule says so (/healthz 503, the banner, relay_healthy).
+        stopped = health.check()
+        assert not stopped.healthy and stopped.failing("worker_not_connected")
         server.start()
         server.execute("CREATE DATABASE IF NOT EXISTS s")
         caught_up(server, worker, timeout=60)
         wait_for(lambda: WorkerStatus.objects.filter(state="connected").exists(), 30, message="connected again")
+        assert not health.check().failing("worker_not_connected")
         assert worker.stop() == 0
     finally:
         server.destroy()
@@ -258,7 +264,7 @@ def test_an_unmigrated_postgres_store_says_run_migrate() -> None:
         pytest.skip("needs the PostgreSQL test store")
     import psycopg2
 
-    from tests.harness.processes import test_store_url
+    from tests.helpers.processes import test_store_url
 
     name = f"relay_unmigrated_{os.getpid()}"
     params = connection.get_connection_params()

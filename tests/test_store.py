@@ -281,3 +281,21 @@ def test_garbage_collection_works_off_a_backlog_in_time_slices() -> None:
         total = (total[0] + step[0], total[1] + step[1])
     assert total == (30, 30)
     assert not Change.objects.exists()
+
+
+def test_a_read_of_large_changes_stops_at_its_byte_budget() -> None:
+    from relay.store.queues import LARGE_CHANGE
+
+    session = store.open_session("big-rows")
+    blob = "x" * (LARGE_CHANGE + 10)  # each change's stored text is over LARGE_CHANGE: read alone
+    enqueue(session.client_id, [{"id": str(i), "blob": blob} for i in range(5)] + [{"id": "5"}])
+    sizes = [len(change.data) for change in Change.objects.order_by("id")]
+    one = sizes[0]
+    # The first entry always comes, whatever its size; then as many as the budget holds.
+    assert ids(store.read_entries(session.client_id, 0, 100, byte_budget=1)) == ["0"]
+    assert ids(store.read_entries(session.client_id, 0, 100, byte_budget=3 * one)) == ["0", "1", "2"]
+    whole = store.read_entries(session.client_id, 0, 100, byte_budget=sum(sizes))
+    assert ids(whole) == ["0", "1", "2", "3", "4", "5"]
+    assert [entry.data for entry in whole] == list(Change.objects.order_by("id").values_list("data", flat=True))
+    # Reading on from there: the budget only shortens a read, it never skips an entry.
+    assert ids(store.read_entries(session.client_id, 3, 100, byte_budget=1)) == ["3"]  # seqs start at 1

@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 from zoneinfo import ZoneInfo
 
+from binlog.constants import KIND_LETTERS, KIND_NAMES
 from relay.pipeline.tally import COMPLETE, LIVE, PARTIAL, FileTally, changed_columns
 
 BINLOG = "binlog"
@@ -32,8 +33,8 @@ LOG = "log"
 LOG_NAME = re.compile(r"relaylogs-(?P<day>\d{8})\.(?P<ext>txt|jsonl)$")
 # The head of a text layout line: HH:MM:SS;schema;table;I|U|D, then the column groups.
 TEXT_HEAD = re.compile(rb"(\d\d):(\d\d):(\d\d);([^;\r\n]+);([^;\r\n]+);([IUD])(?:;|$)")
-TEXT_KIND = {b"I": 1, b"U": 2, b"D": 4}
-JSON_KIND = {"insert": 1, "update": 2, "delete": 4}
+TEXT_KIND = {letter.encode(): kind for kind, letter in KIND_LETTERS.items()}  # the change log's text lines
+JSON_KIND = {name: kind for kind, name in KIND_NAMES.items()}  # its JSON lines
 
 
 class InputError(Exception):

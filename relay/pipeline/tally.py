@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from binlog.constants import KIND_ORDER
+
 HOUR = 3600
 DAY = 86400
 
 # Row change kinds (the relay protocol's bits) -> index in a usage counter list.
-KIND_INDEX = {1: 0, 2: 1, 4: 2}
+KIND_INDEX = {kind: index for index, kind in enumerate(KIND_ORDER)}
 
 # Tags of the records a task emits (the first field of each tuple).
 USAGE = "usage"  # (tag, hour, schema, table, inserts, updates, deletes, transactions)

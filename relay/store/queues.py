@@ -106,11 +106,24 @@ def session_bounds(client_id: int) -> Bounds | None:
     return None if row is None else Bounds(*row)
 
 
-def read_entries(client_id: int, after_seq: int, limit: int) -> list[StoredEntry]:
-    """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: two indexed queries."""
+#: A change whose stored text is longer than this is not read with the others: it is read alone, and only while the
+#: read's byte budget allows, so that a queue of very large rows (a LONGBLOB reaches 1 GiB) never loads a whole
+#: read-ahead of them into the relay's memory.
+LARGE_CHANGE = 1 << 20
+#: What one read of a queue loads at most (one change at least, whatever its size).
+READ_BYTE_BUDGET = 16 << 20
+
+
+def read_entries(client_id: int, after_seq: int, limit: int, byte_budget: int = READ_BYTE_BUDGET) -> list[StoredEntry]:
+    """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: two indexed queries.
+
+    The entries stop early once their changes' stored text reaches ``byte_budget`` (the first entry always comes).
+    """
     if limit <= 0:
         return []
     q = connection.ops.quote_name
+    # Characters, not bytes, on SQLite: the stored forms are ASCII, so the two agree.
+    size = "octet_length" if connection.vendor == "postgresql" else "length"
     upper = after_seq + limit
     with connection.cursor() as cursor:
         # Entries are runs (QueueEntry): entry seq + i is change change_id + i. The runs overlapping (after, upper]
@@ -128,7 +141,7 @@ def read_entries(client_id: int, after_seq: int, limit: int) -> list[StoredEntry
                 pairs.append((entry, change_id + entry - seq))
         if not pairs:
             return []
-        changes: dict[int, tuple[Any, ...]] = {}
+        changes: dict[int, list[Any]] = {}
         ids = sorted({change_id for _, change_id in pairs})
         for at in range(0, len(ids), 500):  # bounded IN lists (SQLite's variable limit)
             chunk = ids[at : at + 500]
@@ -138,13 +151,27 @@ def read_entries(client_id: int, after_seq: int, limit: int) -> list[StoredEntry
                 where, params = f"id IN ({', '.join('%s' for _ in chunk)})", chunk
             cursor.execute(
                 f"SELECT id, kind, schema_name, table_name, binlog_file, binlog_pos, row_index, {q('timestamp')},"
-                f" gtid, data FROM {table(Change)} WHERE {where}",
-                params,
+                f" gtid, CASE WHEN {size}(data) > %s THEN NULL ELSE data END, {size}(data)"
+                f" FROM {table(Change)} WHERE {where}",
+                [LARGE_CHANGE, *params],
             )
             for row in cursor.fetchall():
-                changes[row[0]] = row[1:]
-    # A change missing (entries written by hand) leaves a gap, as before.
-    return [StoredEntry(seq, *changes[change_id]) for seq, change_id in pairs if change_id in changes]
+                changes[row[0]] = list(row[1:])
+        entries: list[StoredEntry] = []
+        loaded = 0
+        for seq, change_id in pairs:
+            change = changes.get(change_id)
+            if change is None:
+                continue  # a change missing (entries written by hand) leaves a gap, as before
+            *fields, data, stored_size = change
+            if entries and loaded + stored_size > byte_budget:
+                break
+            if data is None:  # a large change: read now that the budget has room for it
+                cursor.execute(f"SELECT data FROM {table(Change)} WHERE id = %s", [change_id])
+                data = cursor.fetchone()[0]
+            loaded += stored_size
+            entries.append(StoredEntry._make((seq, *fields, data)))
+    return entries
 
 
 def advance_head(client_id: int, token: int, expected_acked: int, new_acked: int, served: int) -> int | None:

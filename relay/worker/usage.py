@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_UPDATE
+from binlog.constants import KIND_ORDER
 from relay.models import TableUsage, UsageMinute
 
 BUCKET_RETENTION_MINUTES = 2 * 24 * 60
-KIND_COLUMN = {KIND_INSERT: 0, KIND_UPDATE: 1, KIND_DELETE: 2}  # the index of each kind's counter
+KIND_COLUMN = {kind: index for index, kind in enumerate(KIND_ORDER)}  # the index of each kind's counter
 
 
 class UsageTally:

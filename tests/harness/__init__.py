@@ -1,1 +1,0 @@
-"""Real services for the tests: a private MariaDB with the binlog on, and PostgreSQL."""
