@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from binlog import BinlogStream, Position, SourceSettings, read_binlog_files  # noqa: E402
 from binlog.values import clear_memos  # noqa: E402
-from tests.harness.mariadb import MariaDB  # noqa: E402
+from tests.helpers.mariadb import MariaDB  # noqa: E402
 
 TABLE = """CREATE TABLE bench.t21 (
     id INT PRIMARY KEY, ti TINYINT, si SMALLINT UNSIGNED, mi MEDIUMINT, i INT, bi BIGINT, d DECIMAL(12,2),

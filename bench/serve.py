@@ -58,7 +58,7 @@ def prepare_store(kind: str, workdir: Path) -> tuple[str, Any]:
         return f"sqlite:///{workdir / 'bench.sqlite3'}", lambda: None
     import psycopg2
 
-    from tests.harness.postgres import postgres_url
+    from tests.helpers.postgres import postgres_url
 
     base = postgres_url()
     name = f"relay_bench_{os.getpid()}"

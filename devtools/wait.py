@@ -1,4 +1,4 @@
-"""Waiting for a condition: the one polling loop of the tests, the soak and the harness."""
+"""Waiting for a condition: the one polling loop of the tests, the soak and the test helpers."""
 
 from __future__ import annotations
 

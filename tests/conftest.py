@@ -13,9 +13,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client as HttpClient
 
-from tests.harness.mariadb import MariaDB
-from tests.harness.processes import stop_all
 from tests.helpers.dashboard_data import PASSWORD, Filled, fill_store, make_users
+from tests.helpers.mariadb import MariaDB
+from tests.helpers.processes import stop_all
 
 
 def _start_server(name: str, *, row_metadata_full: bool) -> MariaDB:
@@ -76,7 +76,7 @@ def fresh_schema(request: pytest.FixtureRequest) -> Iterator[tuple[MariaDB, str]
 
 @pytest.fixture(autouse=True)
 def _stop_relay_processes() -> Iterator[None]:
-    """Kills every ``manage.py`` process the test started and left running (tests/harness/processes.py)."""
+    """Kills every ``manage.py`` process the test started and left running (tests/helpers/processes.py)."""
     yield
     stop_all()
 

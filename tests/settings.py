@@ -14,7 +14,7 @@ from relayproject.settings import *
 STORE = os.environ.get("RELAY_TEST_STORE", "postgres").lower()
 
 if STORE == "postgres":
-    from tests.harness.postgres import postgres_url
+    from tests.helpers.postgres import postgres_url
 
     DATABASES = {"default": database_settings(postgres_url())}
     DATABASES["default"]["CONN_MAX_AGE"] = 0

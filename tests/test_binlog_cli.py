@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness.mariadb import MariaDB
-from tests.test_binlog_types import new_schema
+from tests.helpers.mariadb import MariaDB, new_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ from binlog import read_binlog_files
 from binlog.ddl import DdlError, apply_statement, tokenize
 from binlog.schemahistory import read_model
 from binlog.schemamodel import SchemaModel
-from tests.harness.mariadb import MariaDB
+from tests.helpers.mariadb import MariaDB
 
 _TYPES = [
     "INT",

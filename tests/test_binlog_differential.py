@@ -30,9 +30,7 @@ from binlog.constants import (
     MYSQL_TYPE_SET,
     MYSQL_TYPE_TIMESTAMP2,
 )
-from tests.harness.mariadb import MariaDB
-from tests.test_binlog_stream import drain
-from tests.test_binlog_types import new_schema
+from tests.helpers.mariadb import MariaDB, drain, new_schema
 
 WORKLOAD_TABLES = {
     "mixed": """(id INT PRIMARY KEY, ti TINYINT, tu TINYINT UNSIGNED, bi BIGINT, bu BIGINT UNSIGNED,

@@ -10,13 +10,12 @@ No MySQL server runs here. The bytes come from two sources:
   size (3, only when compressed), payload size (1); then the end mark 0 and the payload: the transaction's events,
   each with its 19-byte header (end position 0) and no checksum, compressed with the ``zstandard`` package.
 
-The events inside are the captured MySQL bodies of ``tests/test_binlog_events.py`` (TABLE_MAP and ROWS v2 of table
+The events inside are the captured MySQL bodies of ``tests/helpers/binlog_events.py`` (TABLE_MAP and ROWS v2 of table
 t10: a JSON and a DECIMAL(10,0) column) and rows built after the ROWS v2 layout documented there.
 """
 
 from __future__ import annotations
 
-import json
 import struct
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from binlog import BinlogError, EventDecoder, Transaction, TruncatedEventError, read_binlog_files
+from binlog import BinlogError, Transaction, TruncatedEventError, read_binlog_files
 from binlog.constants import (
     DELETE_ROWS_EVENT_V2,
     FORMAT_DESCRIPTION_EVENT,
@@ -36,25 +35,12 @@ from binlog.constants import (
     WRITE_ROWS_EVENT_V2,
     XID_EVENT,
 )
-from binlog.schema import SchemaProvider
-from tests.test_binlog_events import CAPTURED, T10, FixedSchema, make_event, query_body
-from tests.test_binlog_jsonb import encode
+from tests.helpers.binlog_events import CAPTURED, T10, FixedSchema, make_event, query_body
+from tests.helpers.mysql_payload import CAPTURED_PAYLOAD, Binlog, mysql8_fde_body, packed, rows_v2, t10_row
 
-CAPTURED_PAYLOAD = json.loads((Path(__file__).parent / "data" / "binlog" / "captured_payload.json").read_text())
 ZSTD, NONE = 0, 255
 
 # -- building events ---------------------------------------------------------------------------------------------------
-
-
-def packed(n: int) -> bytes:
-    """MySQL's net_store_length."""
-    if n < 251:
-        return bytes([n])
-    if n < 1 << 16:
-        return b"\xfc" + struct.pack("<H", n)
-    if n < 1 << 24:
-        return b"\xfd" + n.to_bytes(3, "little")
-    return b"\xfe" + struct.pack("<Q", n)
 
 
 def tlv(field_type: int, value: int) -> bytes:
@@ -85,54 +71,6 @@ def payload_body(
 def inner(event_type: int, body: bytes, timestamp: int = 1700000100) -> bytes:
     """An event as it stands inside a payload: the 19-byte header with end position 0, the body, no checksum."""
     return make_event(event_type, body, log_pos=0, crc=False, timestamp=timestamp)
-
-
-def mysql8_fde_body() -> bytes:
-    """FORMAT_DESCRIPTION of the captured MySQL 8.0.27 server: u16 binlog version 4, 50-byte server version, u32
-    create time, u8 header length 19, its post-header lengths (type 39: 10, type 40: 40), checksum algorithm CRC32."""
-    version = CAPTURED_PAYLOAD["server_version"].encode().ljust(50, b"\0")
-    lengths = bytes.fromhex(CAPTURED_PAYLOAD["fde_post_header_lengths"])
-    return struct.pack("<H", 4) + version + struct.pack("<IB", 0, 19) + lengths + b"\x01"
-
-
-def rows_v2(table_map: bytes, ncols: int, bitmaps: bytes, rows: bytes) -> bytes:
-    """ROWS v2 body: u48 table id (the TABLE_MAP's first 6 bytes), u16 flags (STMT_END_F), u16 extra-data length 2
-    (no extra data), packed column count, the present-columns bitmap(s), the rows."""
-    return table_map[:6] + struct.pack("<HH", 1, 2) + packed(ncols) + bitmaps + rows
-
-
-def t10_row(document: object, number: int) -> bytes:
-    """A full t10 image: null bitmap (c1 JSON, c2 DECIMAL(10,0); unused bits set, as MySQL writes them), the JSON as
-    u32 length + binary JSON, the DECIMAL as one leading digit byte and a 9-digit group, sign bit flipped."""
-    if document is None:
-        return bytes([0xFD]) + bytes([0x80]) + number.to_bytes(4, "big")
-    doc = encode(document)
-    return bytes([0xFC]) + struct.pack("<I", len(doc)) + doc + bytes([0x80]) + number.to_bytes(4, "big")
-
-
-class Binlog:
-    """Events of one binlog file with consecutive end positions (from 4, after the magic), CRC32 on each."""
-
-    def __init__(self, name: str = "binlog.000003") -> None:
-        self.name = name
-        self.events: list[bytes] = []
-        self.pos = 4
-
-    def add(self, event_type: int, body: bytes, timestamp: int = 1700000000) -> tuple[int, int]:
-        """Append an event; returns its (start, end) positions."""
-        start = self.pos
-        self.pos += 19 + len(body) + 4
-        self.events.append(make_event(event_type, body, log_pos=self.pos, timestamp=timestamp))
-        return start, self.pos
-
-    def feed(self, provider: SchemaProvider | None = None, **kwargs: object) -> list[Transaction]:
-        decoder = EventDecoder(provider, file=self.name, **kwargs)  # type: ignore[arg-type]
-        return [t for t in (decoder.feed(e) for e in self.events) if t is not None]
-
-    def write(self, directory: Path) -> Path:
-        path = directory / self.name
-        path.write_bytes(b"\xfebin" + b"".join(self.events))
-        return path
 
 
 def t10_transaction_events() -> bytes:

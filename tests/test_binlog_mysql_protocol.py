@@ -1,6 +1,6 @@
 """The MySQL side of the replication protocol, on bytes: a scripted server speaks MySQL 8.3's handshake with
 ``caching_sha2_password``, answers the set-up queries, and streams a MySQL binlog (MySQL GTID events, ROWS v2,
-binary JSON; event bodies captured from real servers, see test_binlog_events.py).
+binary JSON; event bodies captured from real servers, see tests/helpers/binlog_events.py).
 
 The server follows the documented packet layouts field by field: 3-byte length + sequence number framing,
 HandshakeV10, HandshakeResponse41, the caching_sha2_password fast path (scramble = SHA256(password) XOR
@@ -36,7 +36,7 @@ from binlog.constants import (
 )
 from binlog.errors import AccessDeniedError, ConnectionLostError
 from binlog.gtid import MysqlGtidSet
-from tests.test_binlog_events import CAPTURED, FixedSchema, fde_body, make_event, query_body
+from tests.helpers.binlog_events import CAPTURED, FixedSchema, fde_body, make_event, query_body
 
 PASSWORD = "s3cret-sha2"
 NONCE = bytes(range(65, 85))  # 20 bytes of auth-plugin data

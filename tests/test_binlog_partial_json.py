@@ -1,7 +1,7 @@
 """MySQL's partial JSON updates (``binlog_row_value_options=PARTIAL_JSON``) on bytes: no MySQL server runs here.
 
 ``apply_json_diff`` is checked against an oracle independent of it: the same operations applied to Python values,
-then laid out by the test encoder of ``tests/test_binlog_jsonb.py`` (written from MySQL's documented binary layout)
+then laid out by the test encoder of ``tests/helpers/jsonb.py`` (written from MySQL's documented binary layout)
 and rendered. PARTIAL_UPDATE_ROWS events are built field by field after MySQL's row layout (``pack_row``): before
 image, packed value-options, partial-JSON bits (one per JSON column of the table), after image whose partially
 updated JSON columns hold a diff vector where the document would be.
@@ -24,9 +24,9 @@ from binlog.constants import (
     XID_EVENT,
 )
 from binlog.jsonb import ArrayCell, apply_json_diff, parse_json_path
-from tests.test_binlog_events import CAPTURED, T10, FixedSchema, query_body
-from tests.test_binlog_jsonb import diff_entry, encode, expected_text
-from tests.test_binlog_mysql_payload import Binlog, mysql8_fde_body, packed, rows_v2, t10_row
+from tests.helpers.binlog_events import CAPTURED, T10, FixedSchema, query_body
+from tests.helpers.jsonb import diff_entry, encode, expected_text
+from tests.helpers.mysql_payload import Binlog, mysql8_fde_body, packed, rows_v2, t10_row
 
 REPLACE, INSERT, REMOVE = 0, 1, 2
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from binlog import BinlogStream, Position, PurgedPositionError, SourceSettings
-from tests.harness.mariadb import MariaDB
+from tests.helpers.mariadb import MariaDB
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from binlog import Position, read_binlog_files
 from binlog.cli import main
 from binlog.schemahistory import REREAD_STATEMENT, SchemaHistory, read_current, read_model
-from tests.harness.mariadb import MariaDB
+from tests.helpers.mariadb import MariaDB
 
 
 def _ddl_and_rows(server: MariaDB, schema: str) -> None:

@@ -21,12 +21,9 @@ from binlog import (
     BinlogStream,
     Position,
     PurgedPositionError,
-    SourceSettings,
-    Transaction,
     read_binlog_files,
 )
-from tests.harness.mariadb import MariaDB, free_tcp_port
-from tests.test_binlog_types import new_schema
+from tests.helpers.mariadb import MariaDB, drain, free_tcp_port, new_schema, settings_for
 
 
 class Proxy:
@@ -103,19 +100,6 @@ def proxy(mariadb: MariaDB) -> Iterator[Proxy]:
     p = Proxy(mariadb.port)
     yield p
     p.close()
-
-
-def settings_for(server: MariaDB, **overrides: object) -> SourceSettings:
-    base = dict(server.replication_settings())
-    base.update(heartbeat_seconds=0.5, reconnect_initial_delay=0.05, reconnect_max_delay=0.2)
-    base.update(overrides)
-    return SourceSettings(**base)  # type: ignore[arg-type]
-
-
-def drain(server: MariaDB, start: Position, **overrides: object) -> list[Transaction]:
-    """Everything from ``start`` to the current end of the binlog (a non-blocking dump)."""
-    with BinlogStream(settings_for(server, **overrides), start, blocking=False) as stream:
-        return [t for t in stream if t.changes or t.statements]
 
 
 def test_stream_yields_committed_transactions_with_positions(mariadb: MariaDB) -> None:

@@ -8,8 +8,6 @@ equal the SELECTs before and after the update, deletes equal the last SELECT. Bo
 
 from __future__ import annotations
 
-import itertools
-import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,9 +18,9 @@ import pytest
 from pymysql.converters import encoders
 
 from binlog import NOT_PRESENT, InformationSchemaProvider, RowChange, Transaction, read_binlog_files
-from tests.harness.mariadb import MariaDB
+from tests.helpers.mariadb import MariaDB, new_schema
 
-# -- helpers shared by the binlog tests ----------------------------------------------------------------------------
+# -- helpers ------------------------------------------------------------------------------------------------------
 
 
 def text_connection(server: MariaDB, database: str | None = None) -> pymysql.Connection:
@@ -45,16 +43,6 @@ def select_text(server: MariaDB, sql: str, binary_columns: set[str] = frozenset(
                 )
             )
         return names, rows
-
-
-_schema_numbers = itertools.count(1)
-
-
-def new_schema(server: MariaDB) -> str:
-    """A fresh database on a given server (``fresh_schema`` picks the server by fixture name)."""
-    name = f"b{os.getpid()}_{next(_schema_numbers)}"
-    server.execute(f"CREATE DATABASE `{name}`")
-    return name
 
 
 def provider_for(server: MariaDB) -> InformationSchemaProvider:

@@ -328,7 +328,7 @@ def test_dashboard_with_a_real_worker_run(
     from devtools.wait import wait_for
     from relay import store
     from relay.models import Checkpoint
-    from tests.harness.processes import RelayProcess, relay_env, stop_all
+    from tests.helpers.processes import RelayProcess, relay_env, stop_all
 
     server, schema = fresh_schema
     server.execute(

@@ -8,7 +8,7 @@ import pytest
 
 import clientproto as cp
 from clientproto.worked_examples import examples
-from tests.test_clientproto_codec import AUTH_REP, AUTH_REQ, BAD_CHECKSUM_REP, EMPTY_POLL_REP, PING_REP, PING_REQ
+from tests.helpers.clientproto_frames import AUTH_REP, AUTH_REQ, BAD_CHECKSUM_REP, EMPTY_POLL_REP, PING_REP, PING_REQ
 
 DOC = (Path(cp.__file__).parent / "PROTOCOL.md").read_text(encoding="utf-8")
 EXAMPLES = {example.name: example for example in examples()}

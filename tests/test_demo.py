@@ -81,7 +81,7 @@ def test_demo_against_a_configured_source_and_postgresql(tmp_path: Path, mariadb
 
     import psycopg2
 
-    from tests.harness.postgres import postgres_url
+    from tests.helpers.postgres import postgres_url
 
     admin_url = postgres_url()
     database = f"relay_demo_{os.getpid()}"

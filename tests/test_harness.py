@@ -4,7 +4,7 @@ import os
 
 from django.db import connection
 
-from tests.harness.mariadb import MariaDB
+from tests.helpers.mariadb import MariaDB
 
 
 def test_mariadb_writes_rows_to_its_binlog(fresh_schema: tuple[MariaDB, str]) -> None:

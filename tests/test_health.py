@@ -21,10 +21,10 @@ from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
 from relay.models import LagSample, QueueSample, WorkerStatus
 from relay.web import dashboard, health
-from tests.harness.processes import RelayProcess, relay_env, start_relay
 from tests.helpers.dashboard_data import UNICODE
+from tests.helpers.processes import RelayProcess, relay_env, start_relay
 
-HEARTBEAT = 1.0  # the tests' [Server] HeartbeatSeconds (tests/harness/processes.py)
+HEARTBEAT = 1.0  # the tests' [Server] HeartbeatSeconds (tests/helpers/processes.py)
 MARGIN = 2.0
 LIMIT = health.REPORT_PERIODS * HEARTBEAT + MARGIN  # seconds without a report before /healthz says 503
 SLACK = 3.0  # polling, a batch in flight, a slow shared machine
@@ -252,7 +252,7 @@ def test_frozen_worker_and_frozen_source_turn_red_then_green(
 def test_ping_counts_as_activity(viewer: HttpClient) -> None:
     from clientproto import RelayClient
     from relay.models import Client
-    from tests.harness.processes import TEST_SECRET
+    from tests.helpers.processes import TEST_SECRET
 
     _, port = start_relay()
     with RelayClient("127.0.0.1", port, TEST_SECRET, "pinger", reconnect=False) as relay_client:

@@ -17,17 +17,14 @@ from typing import Any
 import pytest
 
 from binlog import read_binlog_files
-from devtools.sandbox import MariaDB
+from devtools.sandbox import MariaDB, free_tcp_port
 from relay.config import LoggerConfig
 from relay.pipeline import inputs, job, snapshot, sources
 from relay.pipeline.tally import DAY, FILE, HOUR, FileTally
 from relay.worker.changelog import ChangeLog
+from tests.helpers.pipeline import D1, D2, KINDS, Workload, event_map, run_workload, usagepipeline
 
 pytestmark = pytest.mark.spark
-
-D1 = 1709251200  # 2024-03-01 00:00:00 UTC
-D2 = D1 + DAY
-KINDS = {"insert": 0, "update": 1, "delete": 2}
 
 
 @pytest.fixture
@@ -53,118 +50,6 @@ def spark() -> Iterator[Any]:
     session.stop()
     # py4j logs its connection closing from __del__ at exit, after pytest has closed the streams.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-
-
-class Workload:
-    """Runs statements at chosen event times (SET TIMESTAMP) and keeps the counts they must produce."""
-
-    def __init__(self, server: MariaDB, schema: str) -> None:
-        self.schema = schema
-        self.conn = server.connect(schema)
-        self.rows: Counter[tuple[int, str, int]] = Counter()  # (hour, table, kind index) -> rows
-        self.transactions: Counter[tuple[int, str]] = Counter()  # (hour, table) -> transactions
-        self.changed: Counter[tuple[str, str]] = Counter()  # (table, column) -> UPDATE rows that changed it
-        self.updates: Counter[str] = Counter()  # table -> UPDATE rows
-
-    def _statement(self, at: int, kind: str, table: str, sql: str, changes: tuple[str, ...]) -> int:
-        with self.conn.cursor() as cur:
-            cur.execute(f"SET TIMESTAMP = {at}")
-            cur.execute(sql)
-            count = cur.rowcount
-        assert count > 0, sql
-        self.rows[(at - at % HOUR, table, KINDS[kind])] += count
-        if kind == "update":
-            self.updates[table] += count
-            for column in changes:
-                self.changed[(table, column)] += count
-        return count
-
-    def run(self, at: int, kind: str, table: str, sql: str, changes: tuple[str, ...] = ()) -> None:
-        """One autocommitted statement: one transaction."""
-        self._statement(at, kind, table, sql, changes)
-        self.transactions[(at - at % HOUR, table)] += 1
-
-    def transaction(self, at: int, *steps: tuple[str, str, str, tuple[str, ...]]) -> None:
-        """Several statements in one committed transaction."""
-        with self.conn.cursor() as cur:
-            cur.execute(f"SET TIMESTAMP = {at}")
-            cur.execute("BEGIN")
-        for kind, table, sql, changes in steps:
-            self._statement(at, kind, table, sql, changes)
-        with self.conn.cursor() as cur:
-            cur.execute("COMMIT")
-        for table in {step[1] for step in steps}:
-            self.transactions[(at - at % HOUR, table)] += 1
-
-    def hourly(self) -> dict[tuple[int, str], tuple[int, int, int, int]]:
-        keys = {(hour, table) for hour, table, _ in self.rows}
-        return {
-            (hour, table): (*(self.rows[(hour, table, k)] for k in range(3)), self.transactions[(hour, table)])
-            for hour, table in keys
-        }
-
-    def daily(self) -> dict[tuple[int, str], tuple[int, int, int, int]]:
-        days: dict[tuple[int, str], list[int]] = {}
-        for (hour, table), counts in self.hourly().items():
-            total = days.setdefault((hour - hour % DAY, table), [0, 0, 0, 0])
-            for i, value in enumerate(counts):
-                total[i] += value
-        return {key: tuple(value) for key, value in days.items()}  # type: ignore[misc]
-
-
-def run_workload(server: MariaDB, schema: str) -> tuple[Workload, list[Path]]:
-    """Three tables, three binlog files, single- and multi-statement transactions over two days and four hours."""
-    server.execute(
-        "CREATE TABLE orders (id INT PRIMARY KEY AUTO_INCREMENT, customer VARCHAR(40), amount DECIMAL(10,2),"
-        " status ENUM('new','paid','sent') NOT NULL DEFAULT 'new', note TEXT)",
-        "CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(40), visits INT UNSIGNED NOT NULL DEFAULT 0)",
-        "CREATE TABLE events (id BIGINT PRIMARY KEY AUTO_INCREMENT, payload JSON, at DATETIME(3))",
-        database=schema,
-    )
-    server.execute("FLUSH BINARY LOGS")
-    first = server.binlog_position()[0]
-    w = Workload(server, schema)
-    orders = ",".join(f"('c{i % 7}', {i}.50, 'new', 'n{i}')" for i in range(50))
-    w.run(
-        D1 + 10 * HOUR + 300, "insert", "orders", f"INSERT INTO orders (customer, amount, status, note) VALUES {orders}"
-    )
-    people = ",".join(f"({i}, 'p{i}', 0)" for i in range(1, 21))
-    w.run(D1 + 10 * HOUR + 301, "insert", "customers", f"INSERT INTO customers VALUES {people}")
-    w.transaction(
-        D1 + 10 * HOUR + 2400,
-        ("update", "orders", "UPDATE orders SET status = 'paid' WHERE id <= 10", ("status",)),
-        ("update", "customers", "UPDATE customers SET visits = visits + 1 WHERE id <= 5", ("visits",)),
-        (
-            "insert",
-            "events",
-            "INSERT INTO events (payload, at) VALUES ('{\"a\":1}', NOW(3)), (NULL, NOW(3)), ('[1,2]', NOW(3))",
-            (),
-        ),
-    )
-    server.execute("FLUSH BINARY LOGS")
-    w.run(D1 + 11 * HOUR, "delete", "orders", "DELETE FROM orders WHERE id > 45")
-    w.run(
-        D1 + 11 * HOUR + 1,
-        "update",
-        "orders",
-        "UPDATE orders SET amount = amount + 1, status = 'sent' WHERE id BETWEEN 11 AND 20",
-        ("amount", "status"),
-    )
-    w.run(D1 + DAY - 1, "insert", "events", "INSERT INTO events (payload) VALUES " + ",".join(["('{}')"] * 7))
-    server.execute("FLUSH BINARY LOGS")
-    w.run(D2, "update", "customers", "UPDATE customers SET name = CONCAT(name, 'x')", ("name",))
-    w.run(D2 + 5, "delete", "events", "DELETE FROM events WHERE id <= 2")
-    w.transaction(
-        D2 + 3 * HOUR,
-        ("insert", "orders", "INSERT INTO orders (customer) VALUES ('a'), ('b'), ('c'), ('d')", ()),
-        ("delete", "orders", "DELETE FROM orders WHERE id = 1", ()),
-    )
-    w.conn.close()
-    server.execute("FLUSH BINARY LOGS")
-    last = server.binlog_position()[0]
-    names = [p for p in server.binlog_files() if first <= p.name < last]
-    assert len(names) == 3
-    return w, names
 
 
 def archive(files: list[Path], folder: Path) -> Path:
@@ -579,17 +464,6 @@ def test_command_loads_history_that_the_usage_page_shows(
 # -- files cut at every kind of boundary ------------------------------------------------------------------------
 
 
-def event_map(path: Path) -> list[tuple[int, int, int]]:
-    """(start, end, event type) of every event of a binlog file."""
-    from binlog.files import iter_events
-
-    events, position = [], 4
-    for event in iter_events(path.read_bytes()):
-        events.append((position, position + len(event), event[4]))
-        position += len(event)
-    return events
-
-
 def complete_counts(path: Path, schema: str, cut: int) -> tuple[dict[tuple[int, str], list[int]], int, int]:
     """The oracle of a file cut at ``cut``: (hour, table) -> [inserts, updates, deletes, transactions] of the
     transactions whose commit ends at or before the cut, their row changes, and where the last of them ends."""
@@ -817,13 +691,11 @@ def test_standalone_cluster_counts_like_the_workload(
 
     from pyspark.find_spark_home import _find_spark_home
 
-    from tests.test_pipeline_cli import free_port, usagepipeline
-
     server, schema = fresh_schema
     w, files = run_workload(server, schema)
     folder = archive(files, tmp_path / "binlogs")
     spark_class = str(Path(_find_spark_home()) / "bin" / "spark-class")
-    port = free_port()
+    port = free_tcp_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SPARK_", "PYSPARK_"))}
     env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m", SPARK_LOCAL_DIRS=str(tmp_path / "local"))
     daemons: list[subprocess.Popen[bytes]] = []
@@ -840,7 +712,7 @@ def test_standalone_cluster_counts_like_the_workload(
 
     try:
         start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-              "--webui-port", str(free_port()))  # fmt: skip
+              "--webui-port", str(free_tcp_port()))  # fmt: skip
         for n in (1, 2):
             start(f"worker{n}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
                   "--memory", "900m", "--webui-port", "0", "--work-dir", str(tmp_path / f"work{n}"),

@@ -4,52 +4,15 @@ leaves files behind in the temporary folders it was given."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from devtools.sandbox import MariaDB
+from devtools.sandbox import MariaDB, free_tcp_port
+from tests.helpers.pipeline import event_map, run_workload, usagepipeline
 
 pytestmark = pytest.mark.spark
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def command_env(folder: Path) -> dict[str, str]:
-    """The command's environment: its own data folder and store, and temporary folders the test can inspect."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("RELAY_", "SPARK_", "PYSPARK_"))}
-    for name in ("data", "tmp", "spark-local"):
-        (folder / name).mkdir(parents=True, exist_ok=True)
-    env.update(
-        DJANGO_SETTINGS_MODULE="relayproject.settings",
-        DJANGO_SECRET_KEY="pipeline-tests",
-        RELAY_DATA_DIR=str(folder / "data"),
-        DATABASE_URL=f"sqlite:///{folder / 'data' / 'store.sqlite3'}",
-        TMPDIR=str(folder / "tmp"),
-        SPARK_LOCAL_DIRS=str(folder / "spark-local"),
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def usagepipeline(folder: Path, *args: str, timeout: float = 120) -> tuple[int, str, str, float]:
-    """Runs the command; returns (exit status, stdout, stderr, seconds)."""
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "manage.py", "usagepipeline", *args],
-        cwd=REPO,
-        env=command_env(folder),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return result.returncode, result.stdout, result.stderr, time.monotonic() - started
 
 
 def leftovers(folder: Path, wait: float = 15.0) -> list[str]:
@@ -63,14 +26,8 @@ def leftovers(folder: Path, wait: float = 15.0) -> list[str]:
         time.sleep(0.2)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_unreachable_master_is_one_line_at_once(tmp_path: Path) -> None:
-    port = free_port()
+    port = free_tcp_port()
     code, out, err, seconds = usagepipeline(
         tmp_path, "--binlogs", str(tmp_path), "--out", str(tmp_path / "out"), "--master", f"spark://127.0.0.1:{port}"
     )
@@ -119,8 +76,6 @@ def test_missing_input_fails_before_decoding_and_verbose_shows_sparks_log(tmp_pa
 
 def test_partial_input_is_in_the_exit_status(fresh_schema: tuple[MariaDB, str], tmp_path: Path) -> None:
     """A binlog cut inside a transaction: the run goes on, writes its outputs, and exits 2 with the file's line."""
-    from tests.test_pipeline import event_map, run_workload
-
     server, schema = fresh_schema
     _w, files = run_workload(server, schema)
     binlogs = tmp_path / "binlogs"

@@ -15,10 +15,10 @@ import pytest
 from clientproto import FETCH_BYTE_BUDGET, MAX_REPLY_PAYLOAD, RelayClient, ReplyTooLarge
 from devtools.wait import wait_for
 from relay.models import Client
-from tests.harness.mariadb import MariaDB
-from tests.harness.processes import start_relay
-from tests.harness.relay_server import SECRET, ServerThread
+from tests.helpers.mariadb import MariaDB
+from tests.helpers.processes import start_relay
 from tests.helpers.queues import enqueue
+from tests.helpers.relay_server import SECRET, ServerThread
 from tests.helpers.worker import fetch_events, filtered_client, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,9 +15,9 @@ from clientproto import Command, RelayClient, Result, decode_fetch_reply, encode
 from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
 from relay.models import Client, WorkerStatus
-from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay
-from tests.harness.relay_server import RawClient
+from tests.helpers.processes import TEST_SECRET, RelayProcess, relay_env, start_relay
 from tests.helpers.queues import enqueue
+from tests.helpers.relay_server import RawClient
 from tests.helpers.worker import filtered_client
 
 pytestmark = pytest.mark.django_db(transaction=True)

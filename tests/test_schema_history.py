@@ -16,7 +16,7 @@ from relay import store
 from relay.models import Change, Client, SchemaBaseline, SchemaVersion, WorkerStatus
 from relay.store import rowcodec
 from relay.web.metrics import render_metrics
-from tests.harness.processes import RelayProcess, relay_env
+from tests.helpers.processes import RelayProcess, relay_env
 from tests.helpers.worker import caught_up, subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -35,8 +35,8 @@ from clientproto import (
 )
 from devtools.wait import wait_for
 from relay.models import Client, Filter, ServedEvent
-from tests.harness.relay_server import SECRET, RawClient, ServerThread
 from tests.helpers.queues import enqueue
+from tests.helpers.relay_server import SECRET, RawClient, ServerThread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ import pytest
 from clientproto import RelayClient
 from devtools.sandbox import MariaDB
 from relay.models import Client
-from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env, start_relay
+from tests.helpers.processes import TEST_SECRET, RelayProcess, relay_env, start_relay
 from tests.helpers.worker import fetch_events, filtered_client, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -24,8 +24,8 @@ from clientproto import MAX_UNAUTHENTICATED_PAYLOAD, Command, RelayClient, Resul
 from devtools.wait import wait_for
 from relay.server import server as server_module
 from relay.server.connection import MAX_UNAUTHENTICATED_REQUESTS
-from tests.harness.processes import TEST_SECRET, RelayProcess, start_relay
-from tests.harness.relay_server import SECRET, RawClient, ServerThread
+from tests.helpers.processes import TEST_SECRET, RelayProcess, start_relay
+from tests.helpers.relay_server import SECRET, RawClient, ServerThread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,7 +20,7 @@ def test_short_soak_under_faults_passes() -> None:
     store = os.environ.get("RELAY_TEST_STORE", "postgres").lower()
     argv = ["--minutes", "1.5", "--fault-every", "10", "--min-faults", "6"]
     if store == "postgres":
-        from tests.harness.postgres import postgres_url
+        from tests.helpers.postgres import postgres_url
 
         # The soak creates (and drops) a database of its own on the suite's PostgreSQL server.
         argv += ["--store", "postgres", "--pg-url", postgres_url(), "--clients", "8"]

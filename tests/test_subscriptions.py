@@ -16,7 +16,7 @@ from devtools.sandbox import MariaDB
 from relay import store
 from relay.models import Client, Filter
 from relay.store.filters import filter_version
-from tests.harness.processes import TEST_SECRET, RelayProcess, start_relay
+from tests.helpers.processes import TEST_SECRET, RelayProcess, start_relay
 from tests.helpers.worker import start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client as HttpClient
 
-from tests.harness.processes import REPO
+from tests.helpers.processes import REPO
 
 # Run inside `manage.py shell`: the settings and URLs as production loads them, asked with Django's test client
 # (which, outside a test run, enforces ALLOWED_HOSTS like a real server).

@@ -179,9 +179,7 @@ def run(
         for f in report.files:
             if f.status in (UNREADABLE, PARTIAL, LIVE_STATUS):
                 write(f.line())
-        progress.done(
-            f"{report.rows} row changes in {report.transactions} complete transactions; {report.summary()}"
-        )
+        progress.done(f"{report.rows} row changes in {report.transactions} complete transactions; {report.summary()}")
 
         progress.step("aggregate and write Parquet")
         aggregate_started = time.monotonic()

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.harness.mariadb import free_tcp_port
+from tests.helpers.mariadb import free_tcp_port
 
 
 def _accepts(host: str, port: int) -> bool:

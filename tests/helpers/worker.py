@@ -11,7 +11,7 @@ from devtools.wait import wait_for
 from relay import store
 from relay.models import Change, Checkpoint, Client
 from relay.store import rowcodec
-from tests.harness.processes import TEST_SECRET, RelayProcess, relay_env
+from tests.helpers.processes import TEST_SECRET, RelayProcess, relay_env
 
 
 def start_worker(
