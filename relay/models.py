@@ -279,6 +279,9 @@ class QueueSample(models.Model):
     queue = models.BigIntegerField(default=0)
     discarded = models.BigIntegerField(default=0, help_text="the client's discard total at that time")
     served = models.BigIntegerField(default=0, help_text="the client's served total at that time")
+    filter_discards = models.JSONField(
+        default=dict, help_text="the discard total of each of the client's filters that discarded, by filter id"
+    )
 
     class Meta:
         indexes = [models.Index(fields=["client", "at"], name="queue_sample_client_at")]

@@ -378,6 +378,27 @@ def test_samples_give_discards_last_hour_and_queue_history(viewer: HttpClient, f
     assert "Queue size, last hour" in page(viewer, f"/clients/{client_id}/")
 
 
+def test_discards_per_filter_over_time(viewer: HttpClient, filled) -> None:
+    from relay.models import Filter
+    from relay.worker.samples import Sampler
+
+    client_id = filled.client_ids[QUOTED]  # its one filter (limit 10, ignore newest) dropped entries
+    spec = Filter.objects.get(client_id=client_id)
+    now = timezone.now()
+    Sampler("main").write(now - timedelta(minutes=62), lag=None)
+    Filter.objects.filter(id=spec.id).update(discarded=F("discarded") + 500)
+    Sampler("main").write(now - timedelta(minutes=31), lag=None)
+    Filter.objects.filter(id=spec.id).update(discarded=F("discarded") + 70)
+    Sampler("main").write(now - timedelta(minutes=1), lag=None)
+    (row,) = dashboard.client_rows(client_id=client_id)
+    assert [f.discards_last_hour for f in row.filters] == [570]
+    history = dashboard.filter_discard_history(client_id, spec.id, now, 3600, 600)
+    assert sorted(history.values)[-2:] == [70.0, 500.0] and sum(history.values) == 570
+    html = page(viewer, f"/clients/{client_id}/")
+    assert "Discarded by shop.orders (IU), per 10 minutes, last 24 hours" in html
+    assert '<td class="num">570</td>' in html
+
+
 def test_not_found_and_server_error_pages_are_styled(viewer: HttpClient) -> None:
     from django.test import RequestFactory
     from django.views.defaults import server_error

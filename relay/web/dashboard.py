@@ -231,7 +231,7 @@ def overview(now: datetime | None = None) -> Overview:
 # -- clients ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class FilterRow:
     schema_name: str
     table_name: str
@@ -241,6 +241,9 @@ class FilterRow:
     #: Entries this filter's limit and policy dropped, and when it last did (None: never).
     discarded: int = 0
     last_discard: datetime | None = None
+    id: int = 0
+    #: Of ``discarded``, those in the last hour (from the worker's samples; None before the first one).
+    discards_last_hour: int | None = None
 
     @property
     def letters(self) -> str:
@@ -391,6 +394,7 @@ def client_rows(
                 spec.discard_policy,
                 spec.discarded,
                 spec.last_discard,
+                spec.id,
             )
         )
     served: dict[int, list[ServedEvent]] = defaultdict(list)
@@ -413,13 +417,18 @@ def _discards_last_hour(rows: dict[int, ClientRow], now: datetime) -> None:
     samples = (
         QueueSample.objects.filter(client_id__in=list(rows), at__gte=hour_ago - timedelta(minutes=5))
         .order_by("client_id", "at")
-        .values_list("client_id", "at", "discarded")
+        .values_list("client_id", "at", "discarded", "filter_discards")
     )
-    for cid, at, discarded in samples:
+    filter_baseline: dict[int, dict[str, int]] = {}
+    for cid, at, discarded, by_filter in samples:
         if cid not in baseline or at <= hour_ago:
             baseline[cid] = discarded
+            filter_baseline[cid] = by_filter or {}
     for cid, discarded in baseline.items():
-        rows[cid].discards_last_hour = max(0, rows[cid].discarded - discarded)
+        row = rows[cid]
+        row.discards_last_hour = max(0, row.discarded - discarded)
+        for spec in row.filters:
+            spec.discards_last_hour = max(0, spec.discarded - filter_baseline[cid].get(str(spec.id), 0))
 
 
 @dataclass(frozen=True)
@@ -432,8 +441,11 @@ class Series:
     missing: int
 
 
-def _binned(points: list[tuple[datetime, float]], now: datetime, seconds: int, step: int) -> Series:
-    """The largest value of each ``step``-second bin over the last ``seconds``: peaks survive the binning."""
+def _binned(
+    points: list[tuple[datetime, float]], now: datetime, seconds: int, step: int, *, add: bool = False
+) -> Series:
+    """The largest value of each ``step``-second bin over the last ``seconds`` (peaks survive the binning), or with
+    ``add`` their sum (counts of events per bin)."""
     stamp = now.timestamp()
     end = stamp - stamp % step + step  # bins on whole steps, the current one last, so tick labels fall on them
     start = end - seconds
@@ -442,7 +454,7 @@ def _binned(points: list[tuple[datetime, float]], now: datetime, seconds: int, s
         index = int((at.timestamp() - start) // step)
         if 0 <= index < len(bins):
             current = bins[index]
-            bins[index] = value if current is None else max(current, value)
+            bins[index] = value if current is None else (current + value if add else max(current, value))
     return Series([value or 0.0 for value in bins], start, step, sum(1 for value in bins if value is None))
 
 
@@ -454,6 +466,26 @@ def queue_history(client_id: int, now: datetime, seconds: int = 24 * 3600, step:
         )
     )
     return _binned([(at, float(queue)) for at, queue in points], now, seconds, step)
+
+
+def filter_discard_history(
+    client_id: int, filter_id: int, now: datetime, seconds: int = 24 * 3600, step: int = 600
+) -> Series:
+    """Entries one filter dropped in each bin, from the growth of its total between the worker's samples."""
+    samples = (
+        QueueSample.objects.filter(client_id=client_id, at__gte=now - timedelta(seconds=seconds + step))
+        .order_by("at")
+        .values_list("at", "filter_discards")
+    )
+    key = str(filter_id)
+    points: list[tuple[datetime, float]] = []
+    previous: int | None = None
+    for at, by_filter in samples:
+        total = int((by_filter or {}).get(key, 0))
+        if previous is not None:
+            points.append((at, float(max(0, total - previous))))
+        previous = total
+    return _binned(points, now, seconds, step, add=True)
 
 
 def lag_history(source: str, now: datetime, seconds: int, step: int) -> Series:

@@ -109,6 +109,14 @@ def client_detail(request: HttpRequest, client_id: int) -> HttpResponse:
         dashboard.queue_history(row.id, now), "Queue size, last 24 hours (largest in each 10 minutes)"
     )
     hour_chart = _series_chart(dashboard.queue_history(row.id, now, 3600, 60), "Queue size, last hour")
+    discard_charts = [
+        _series_chart(
+            dashboard.filter_discard_history(row.id, spec.id, now),
+            f"Discarded by {spec.schema_name}.{spec.table_name} ({spec.letters}), per 10 minutes, last 24 hours",
+        )
+        for spec in row.filters
+        if spec.discarded
+    ]
     return render(
         request,
         "relay/client_detail.html",
@@ -118,6 +126,7 @@ def client_detail(request: HttpRequest, client_id: int) -> HttpResponse:
             "head_size": head_size,
             "queue_chart": chart,
             "queue_hour_chart": hour_chart,
+            "discard_charts": discard_charts,
             "section": "clients",
         },
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
-from relay.models import Client, LagSample, QueueSample
+from relay.models import Client, Filter, LagSample, QueueSample
 
 SAMPLE_SECONDS = 60.0
 KEEP = timedelta(hours=25)  # a day of history plus the hour that "last hour" looks back from its start
@@ -29,6 +29,11 @@ class Sampler:
         rows = Client.objects.values_list(
             "id", "acked_seq", "served", "queue_state__last_seq", "queue_state__discarded"
         )
+        by_filter: dict[int, dict[str, int]] = {}
+        for client_id, filter_id, total in Filter.objects.filter(discarded__gt=0).values_list(
+            "client_id", "id", "discarded"
+        ):
+            by_filter.setdefault(client_id, {})[str(filter_id)] = total
         QueueSample.objects.bulk_create(
             [
                 QueueSample(
@@ -37,6 +42,7 @@ class Sampler:
                     queue=max(0, (last_seq or 0) - acked_seq),
                     discarded=discarded or 0,
                     served=served,
+                    filter_discards=by_filter.get(client_id, {}),
                 )
                 for client_id, acked_seq, served, last_seq, discarded in rows
             ]
