@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from binlog.charsets import max_bytes_per_char
-from binlog.schemamodel import Column, SchemaModel, TableDef
+from binlog.schemamodel import GEOMETRY_TYPES, Column, SchemaModel, TableDef
 
 
 class DdlError(Exception):
@@ -160,14 +160,7 @@ _SIMPLE = frozenset(
         "tinyblob",
         "mediumblob",
         "longblob",
-        "geometry",
-        "point",
-        "linestring",
-        "polygon",
-        "multipoint",
-        "multilinestring",
-        "multipolygon",
-        "geometrycollection",
+        *GEOMETRY_TYPES,
         "inet4",
         "inet6",
         "uuid",
@@ -563,7 +556,7 @@ class DdlApplier:
         if p.accept("DATABASE", "SCHEMA"):
             p.if_not_exists()
             name = p.identifier()
-            charset = self._database_options(p)
+            charset = self._options(p, table=False)
             if replace_:
                 for schema, table in self.model.drop_database(name):
                     changes.append(Change(schema, table, None))
@@ -617,7 +610,7 @@ class DdlApplier:
                 p.expect_op(",")
         elif not p.at_end():
             raise DdlError("CREATE TABLE ... SELECT without a column list")
-        charset = self._table_options(p) or self.model.database_charset(schema)
+        charset = self._options(p, table=True) or self.model.database_charset(schema)
         while not p.at_end():
             if p.accept("SELECT", "AS", "WITH") or p.accept_op("("):
                 raise DdlError("CREATE TABLE ... SELECT: the selected columns are not in the statement")
@@ -657,29 +650,20 @@ class DdlApplier:
     def _column_name(self, name: str) -> str:
         return name
 
-    def _database_options(self, p: _Parser) -> str | None:
-        charset: str | None = None
-        while not p.at_end():
-            p.accept("DEFAULT")
-            if p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET"):
-                charset = _charset_alias(p.charset_name())
-            elif p.accept("COLLATE"):
-                collation = charset_of_collation(p.charset_name())
-                charset = charset or collation
-            else:
-                p.i += 1
-        return charset
+    def _options(self, p: _Parser, *, table: bool) -> str | None:
+        """The default charset that database options, or the table options after a column list, name.
 
-    def _table_options(self, p: _Parser) -> str | None:
-        """Table options after the column list, up to a SELECT; the default charset they name."""
+        A table's options end at a SELECT (CREATE ... SELECT), a partitioning or a "(", and may be separated by commas.
+        """
         charset: str | None = None
         while not p.at_end():
-            token = p.peek()
-            assert token is not None
-            if token.is_word("SELECT", "AS", "WITH", "IGNORE", "REPLACE", "PARTITION") or (
-                token.kind == "op" and token.text == "("
-            ):
-                break
+            if table:
+                token = p.peek()
+                assert token is not None
+                if token.is_word("SELECT", "AS", "WITH", "IGNORE", "REPLACE", "PARTITION") or (
+                    token.kind == "op" and token.text == "("
+                ):
+                    break
             p.accept("DEFAULT")
             if p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET"):
                 charset = _charset_alias(p.charset_name())
@@ -688,7 +672,8 @@ class DdlApplier:
                 charset = charset or collation
             else:
                 p.i += 1
-                p.accept_op(",")
+                if table:
+                    p.accept_op(",")
         return charset
 
     # ALTER
@@ -699,7 +684,7 @@ class DdlApplier:
             name = default_schema
             if token is not None and not token.is_word("DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "COMMENT"):
                 name = p.identifier()
-            charset = self._database_options(p)
+            charset = self._options(p, table=False)
             if charset is not None and name:
                 self.model.set_database(name, charset)
             return

@@ -303,41 +303,31 @@ class SchemaHistory:
         with self._lock:
             key = self._fold((tm.schema, tm.table))
             where = str(self.position) if self.position is not None else "the start"
+            mark_stale = True
             if key in self.unreadable:
+                tag, why = f"unreadable {where}", ": its last DDL could not be read"
+            elif key in self.stale:  # it disagreed earlier and no CREATE or re-read defined it since
+                tag = f"stale {where}"
+                why = " disagreed with the history earlier and waits to be re-read from information_schema"
+                mark_stale = False
+            else:
+                found = self.model.get(tm.schema, tm.table)
+                tag = where
+                if found is None:
+                    why = " is not in the history"
+                else:
+                    reason = layout_mismatch(found, tm)
+                    if reason is None:
+                        return found.as_schema_table()
+                    why = f" does not match the history ({reason}); history layout: {found.layout()}"
+            if mark_stale:
                 self._stale(key, tm)
-                self._problem(
-                    (*key, f"unreadable {where}"),
-                    f"schema history: {tm.schema}.{tm.table} after {where}: its last DDL could not be read; "
-                    f"event layout: {event_layout(tm)}; using positional names",
-                )
-                return None
-            if key in self.stale:  # it disagreed earlier and no CREATE or re-read defined it since
-                self._problem(
-                    (*key, f"stale {where}"),
-                    f"schema history: {tm.schema}.{tm.table} after {where} disagreed with the history earlier and "
-                    f"waits to be re-read from information_schema; event layout: {event_layout(tm)}; "
-                    "using positional names",
-                )
-                return None
-            found = self.model.get(tm.schema, tm.table)
-            if found is None:
-                self._stale(key, tm)
-                self._problem(
-                    (*key, where),
-                    f"schema history: {tm.schema}.{tm.table} after {where} is not in the history; "
-                    f"event layout: {event_layout(tm)}; using positional names",
-                )
-                return None
-            reason = layout_mismatch(found, tm)
-            if reason is not None:
-                self._stale(key, tm)
-                self._problem(
-                    (*key, where),
-                    f"schema history: {tm.schema}.{tm.table} after {where} does not match the history ({reason}); "
-                    f"history layout: {found.layout()}; event layout: {event_layout(tm)}; using positional names",
-                )
-                return None
-            return found.as_schema_table()
+            self._problem(
+                (*key, tag),
+                f"schema history: {tm.schema}.{tm.table} after {where}{why}; event layout: {event_layout(tm)}; "
+                "using positional names",
+            )
+            return None
 
     def _fold(self, key: tuple[str, str]) -> tuple[str, str]:
         return (key[0].lower(), key[1].lower()) if self.lower_case_table_names else key

@@ -170,7 +170,8 @@ _INTEGER_CODES = {
     "bigint": MYSQL_TYPE_LONGLONG,
 }
 _BLOB_PACK = {"tiny": 1, "": 2, "medium": 3, "long": 4}
-_GEOMETRY = frozenset(
+#: The spatial types' names (information_schema's DATA_TYPE); all are written as MYSQL_TYPE_GEOMETRY.
+GEOMETRY_TYPES = frozenset(
     {
         "geometry",
         "point",
@@ -234,7 +235,7 @@ def _expected(column: Column) -> tuple[frozenset[int], int | None]:
         return frozenset({MYSQL_TYPE_SET}), (count + 7) // 8 if count <= 32 else 8
     if dt == "json":
         return frozenset({MYSQL_TYPE_JSON, MYSQL_TYPE_BLOB}), None
-    if dt in _GEOMETRY:
+    if dt in GEOMETRY_TYPES:
         return frozenset({MYSQL_TYPE_GEOMETRY}), None
     return frozenset(), None  # a type the model does not know (INET6, UUID...): anything goes
 

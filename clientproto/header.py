@@ -18,9 +18,10 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Generic, NamedTuple, TypeVar
 
-from .constants import LEGACY_VERSION, MAX_PAYLOAD, MAX_REPLY_PAYLOAD, REPLY_HEADER_SIZE, REQUEST_HEADER_SIZE
+from .constants import LEGACY_VERSION, MAX_PAYLOAD, MAX_REPLY_PAYLOAD
 from .errors import BadChecksum, PayloadTooLarge, TruncatedFrame
 
 _REQUEST = struct.Struct("<HHIIIIIII")
@@ -86,6 +87,9 @@ class ReplyHeader(NamedTuple):
         return (self.result + self.payload_size + payload_sum(payload)) & _MASK32
 
 
+_HeaderT = TypeVar("_HeaderT", RequestHeader, ReplyHeader)
+
+
 def request_checksum(
     command: int,
     payload: bytes = b"",
@@ -130,40 +134,63 @@ def encode_request(
     return header + payload
 
 
+@dataclass(frozen=True, slots=True)
+class _Framing(Generic[_HeaderT]):
+    """How one direction's frames are laid out and named in errors; the request and reply paths share it."""
+
+    kind: str  # "request" or "reply", each error's first word
+    layout: struct.Struct
+    header_type: type[_HeaderT]
+    first: str  # the header's first field (command, result), named by PayloadTooLarge
+    summed: str  # what the checksum adds up, named by BadChecksum
+
+    def decode_header(self, data: bytes, max_payload: int) -> _HeaderT:
+        if len(data) != self.layout.size:
+            raise TruncatedFrame(f"{self.kind} header: {len(data)} bytes, a header is {self.layout.size}")
+        header = self.header_type._make(self.layout.unpack(data))
+        if header.payload_size > max_payload:
+            raise PayloadTooLarge(
+                f"{self.kind} header: PayloadSize {header.payload_size} is over the limit of {max_payload} bytes "
+                f"({self.first} 0x{header[0]:02x})"
+            )
+        return header
+
+    def verify(self, header: _HeaderT, payload: bytes) -> None:
+        """Raise BadChecksum unless the header's checksum matches; the payload must be exactly PayloadSize bytes."""
+        if len(payload) != header.payload_size:
+            raise TruncatedFrame(f"{self.kind} payload: {len(payload)} bytes, PayloadSize says {header.payload_size}")
+        expected = header.expected_checksum(payload)
+        if header.checksum != expected:
+            raise BadChecksum(
+                f"{self.kind} checksum: header has 0x{header.checksum:08x}, {self.summed} sum to 0x{expected:08x}"
+            )
+
+    def decode_frame(self, data: bytes, max_payload: int) -> tuple[_HeaderT, bytes]:
+        size = self.layout.size
+        if len(data) < size:
+            raise TruncatedFrame(f"{self.kind} frame: {len(data)} bytes, shorter than the {size}-byte header")
+        header = self.decode_header(data[:size], max_payload)
+        payload = data[size:]
+        self.verify(header, payload)
+        return header, payload
+
+
+_REQUESTS = _Framing("request", _REQUEST, RequestHeader, "command", "header fields and payload")
+_REPLIES = _Framing("reply", _REPLY, ReplyHeader, "result", "result, size and payload")
+
+#: The server verifies every request: bound methods, so no extra call per frame.
+verify_request = _REQUESTS.verify
+verify_reply = _REPLIES.verify
+
+
 def decode_request_header(data: bytes, *, max_payload: int = MAX_PAYLOAD) -> RequestHeader:
     """The 32-byte request header. Raises PayloadTooLarge before the payload is read, so it never is."""
-    if len(data) != REQUEST_HEADER_SIZE:
-        raise TruncatedFrame(f"request header: {len(data)} bytes, a header is {REQUEST_HEADER_SIZE}")
-    header = RequestHeader._make(_REQUEST.unpack(data))
-    if header.payload_size > max_payload:
-        raise PayloadTooLarge(
-            f"request header: PayloadSize {header.payload_size} is over the limit of {max_payload} bytes "
-            f"(command 0x{header.command:02x})"
-        )
-    return header
-
-
-def verify_request(header: RequestHeader, payload: bytes) -> None:
-    """Raise BadChecksum unless the header's checksum matches; the payload must be exactly PayloadSize bytes."""
-    if len(payload) != header.payload_size:
-        raise TruncatedFrame(f"request payload: {len(payload)} bytes, PayloadSize says {header.payload_size}")
-    expected = header.expected_checksum(payload)
-    if header.checksum != expected:
-        raise BadChecksum(
-            f"request checksum: header has 0x{header.checksum:08x}, header fields and payload sum to 0x{expected:08x}"
-        )
+    return _REQUESTS.decode_header(data, max_payload)
 
 
 def decode_request_frame(data: bytes, *, max_payload: int = MAX_PAYLOAD) -> tuple[RequestHeader, bytes]:
     """A whole request frame in one buffer (tests and tools): header checked, checksum verified."""
-    if len(data) < REQUEST_HEADER_SIZE:
-        raise TruncatedFrame(f"request frame: {len(data)} bytes, shorter than the {REQUEST_HEADER_SIZE}-byte header")
-    header = decode_request_header(data[:REQUEST_HEADER_SIZE], max_payload=max_payload)
-    payload = data[REQUEST_HEADER_SIZE:]
-    if len(payload) != header.payload_size:
-        raise TruncatedFrame(f"request frame: {len(payload)} payload bytes, PayloadSize says {header.payload_size}")
-    verify_request(header, payload)
-    return header, payload
+    return _REQUESTS.decode_frame(data, max_payload)
 
 
 def encode_reply(result: int, payload: bytes = b"") -> bytes:
@@ -178,31 +205,8 @@ def encode_reply_parts(result: int, parts: Sequence[bytes]) -> bytes:
 
 
 def decode_reply_header(data: bytes, *, max_payload: int = MAX_REPLY_PAYLOAD) -> ReplyHeader:
-    if len(data) != REPLY_HEADER_SIZE:
-        raise TruncatedFrame(f"reply header: {len(data)} bytes, a header is {REPLY_HEADER_SIZE}")
-    header = ReplyHeader._make(_REPLY.unpack(data))
-    if header.payload_size > max_payload:
-        raise PayloadTooLarge(
-            f"reply header: PayloadSize {header.payload_size} is over the limit of {max_payload} bytes "
-            f"(result 0x{header.result:02x})"
-        )
-    return header
-
-
-def verify_reply(header: ReplyHeader, payload: bytes) -> None:
-    if len(payload) != header.payload_size:
-        raise TruncatedFrame(f"reply payload: {len(payload)} bytes, PayloadSize says {header.payload_size}")
-    expected = header.expected_checksum(payload)
-    if header.checksum != expected:
-        raise BadChecksum(
-            f"reply checksum: header has 0x{header.checksum:08x}, result, size and payload sum to 0x{expected:08x}"
-        )
+    return _REPLIES.decode_header(data, max_payload)
 
 
 def decode_reply_frame(data: bytes, *, max_payload: int = MAX_REPLY_PAYLOAD) -> tuple[ReplyHeader, bytes]:
-    if len(data) < REPLY_HEADER_SIZE:
-        raise TruncatedFrame(f"reply frame: {len(data)} bytes, shorter than the {REPLY_HEADER_SIZE}-byte header")
-    header = decode_reply_header(data[:REPLY_HEADER_SIZE], max_payload=max_payload)
-    payload = data[REPLY_HEADER_SIZE:]
-    verify_reply(header, payload)
-    return header, payload
+    return _REPLIES.decode_frame(data, max_payload)

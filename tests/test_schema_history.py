@@ -100,6 +100,16 @@ def test_each_text_column_holds_its_own_name(metadata: str, mode: str, request: 
     server.execute(f"DROP DATABASE {schema}")
 
 
+def _table_followed_by_a_worker(server: MariaDB, kind: str) -> tuple[str, RelayProcess]:
+    """A new schema with a table t that client "c" subscribes to, and a worker caught up from the current position."""
+    schema = f"sh_{kind}_{random.randrange(10**6)}"
+    server.execute(f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20))")
+    subscribe("c", 7, schema, "t")
+    worker = _worker(server, server.binlog_position())
+    caught_up(server, worker)
+    return schema, worker
+
+
 def _lose_the_table(server: MariaDB, schema: str) -> None:
     """An incident: a column added with sql_log_bin=0, so the history cannot know it."""
     with server.connect(schema) as conn, conn.cursor() as cur:
@@ -112,11 +122,7 @@ def test_a_lost_table_is_re_read_once_the_worker_is_current(mariadb_no_metadata:
     """Rows after the incident go out with positional names and the problem is counted (/metrics, dashboard); at
     the next heartbeat with nothing pending the table is re-read, and later rows have their names again."""
     server = mariadb_no_metadata
-    schema = f"sh_reread_{random.randrange(10**6)}"
-    server.execute(f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20))")
-    subscribe("c", 7, schema, "t")
-    worker = _worker(server, server.binlog_position())
-    caught_up(server, worker)
+    schema, worker = _table_followed_by_a_worker(server, "reread")
     _lose_the_table(server, schema)
     server.execute(f"INSERT INTO {schema}.t VALUES (1, 'a', 'b')")
     caught_up(server, worker)
@@ -145,11 +151,7 @@ def test_rebaseline_command(mariadb_no_metadata: MariaDB) -> None:
     """manage.py rebaseline --table after an incident gives the table a version from the source's position on;
     without --table the whole history starts again there."""
     server = mariadb_no_metadata
-    schema = f"sh_rebase_{random.randrange(10**6)}"
-    server.execute(f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20))")
-    subscribe("c", 7, schema, "t")
-    worker = _worker(server, server.binlog_position())
-    caught_up(server, worker)
+    schema, worker = _table_followed_by_a_worker(server, "rebase")
     assert worker.stop() == 0
     _lose_the_table(server, schema)
 

@@ -49,7 +49,7 @@ def _counts(counts: WindowCounts) -> dict[str, int]:
     return {"inserts": counts.inserts, "updates": counts.updates, "deletes": counts.deletes}
 
 
-def _bad(message: str) -> SafeJsonResponse:
+def _bad(request: HttpRequest, message: str) -> SafeJsonResponse:
     return SafeJsonResponse({"error": message}, status=400)
 
 
@@ -261,11 +261,8 @@ def clients(request: HttpRequest) -> SafeJsonResponse:
 
 @require_GET
 @api_login_required
-def client_detail(request: HttpRequest, client_id: int) -> SafeJsonResponse:
-    try:
-        head_size = forms.client_params(request.GET)
-    except forms.QueryError as exc:
-        return _bad(str(exc))
+@forms.with_params(forms.client_params, _bad)
+def client_detail(request: HttpRequest, head_size: int, client_id: int) -> SafeJsonResponse:
     rows = dashboard.client_rows(client_id=client_id)
     if not rows:
         return SafeJsonResponse({"error": f"no client with id {client_id}"}, status=404)
@@ -281,11 +278,8 @@ def client_detail(request: HttpRequest, client_id: int) -> SafeJsonResponse:
 
 @require_GET
 @api_login_required
-def usage(request: HttpRequest) -> SafeJsonResponse:
-    try:
-        params = forms.usage_params(request.GET)
-    except forms.QueryError as exc:
-        return _bad(str(exc))
+@forms.with_params(forms.usage_params, _bad)
+def usage(request: HttpRequest, params: forms.UsageParams) -> SafeJsonResponse:
     page = tableusage.usage_page(**params)
     return SafeJsonResponse(
         {
@@ -318,11 +312,8 @@ def usage(request: HttpRequest) -> SafeJsonResponse:
 
 @require_GET
 @api_login_required
-def schema(request: HttpRequest) -> SafeJsonResponse:
-    try:
-        params = forms.schema_params(request.GET)
-    except forms.QueryError as exc:
-        return _bad(str(exc))
+@forms.with_params(forms.schema_params, _bad)
+def schema(request: HttpRequest, params: forms.SchemaParams) -> SafeJsonResponse:
     page = schemalist.schema_page(**params)
     return SafeJsonResponse(
         {

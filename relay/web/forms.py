@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+import functools
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypedDict, TypeVar
 
 from django import forms
-from django.http import QueryDict
+from django.http import HttpRequest, HttpResponse, QueryDict
 
 from relay.web.tableusage import DEFAULT_SORT, SORT_KEYS
 
@@ -92,3 +94,33 @@ def client_params(data: QueryDict, default_head: int = 20) -> int:
         raise QueryError(_errors(form))
     head = form.cleaned_data["head"]
     return default_head if head is None else head
+
+
+Params = TypeVar("Params")
+Response = TypeVar("Response", bound=HttpResponse)
+ViewArgs = ParamSpec("ViewArgs")
+
+
+def with_params(
+    parse: Callable[[QueryDict], Params], bad: Callable[[HttpRequest, str], Response]
+) -> Callable[
+    [Callable[Concatenate[HttpRequest, Params, ViewArgs], Response]],
+    Callable[Concatenate[HttpRequest, ViewArgs], Response],
+]:
+    """A view decorator: ``parse`` the query string and pass the result after the request, or answer ``bad`` (a 400
+    with the reason) when it is invalid. Goes under the login check, so an anonymous caller never sees a 400."""
+
+    def decorate(
+        view: Callable[Concatenate[HttpRequest, Params, ViewArgs], Response],
+    ) -> Callable[Concatenate[HttpRequest, ViewArgs], Response]:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, /, *args: ViewArgs.args, **kwargs: ViewArgs.kwargs) -> Response:
+            try:
+                params = parse(request.GET)
+            except QueryError as exc:
+                return bad(request, str(exc))
+            return view(request, params, *args, **kwargs)
+
+        return wrapper
+
+    return decorate

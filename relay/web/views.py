@@ -95,11 +95,8 @@ def clients(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def client_detail(request: HttpRequest, client_id: int) -> HttpResponse:
-    try:
-        head_size = forms.client_params(request.GET)
-    except forms.QueryError as exc:
-        return bad_request(request, str(exc))
+@forms.with_params(forms.client_params, bad_request)
+def client_detail(request: HttpRequest, head_size: int, client_id: int) -> HttpResponse:
     rows = dashboard.client_rows(client_id=client_id)
     if not rows:
         raise Http404("no such client")
@@ -148,11 +145,8 @@ def _usage_items(rows: list[tableusage.UsageRow], window: str) -> list[tuple[str
 
 
 @login_required
-def usage(request: HttpRequest) -> HttpResponse:
-    try:
-        params = forms.usage_params(request.GET)
-    except forms.QueryError as exc:
-        return bad_request(request, str(exc))
+@forms.with_params(forms.usage_params, bad_request)
+def usage(request: HttpRequest, params: forms.UsageParams) -> HttpResponse:
     page = tableusage.usage_page(**params)
     # The chart's window follows a descending numeric sort (its top is the busiest); any other sort shows the hour.
     key = page.sort.lstrip("-")
@@ -199,9 +193,6 @@ def _history_chart(points: list[tableusage.HistoryPoint], fmt: str, title: str) 
 
 
 @login_required
-def schema(request: HttpRequest) -> HttpResponse:
-    try:
-        params = forms.schema_params(request.GET)
-    except forms.QueryError as exc:
-        return bad_request(request, str(exc))
+@forms.with_params(forms.schema_params, bad_request)
+def schema(request: HttpRequest, params: forms.SchemaParams) -> HttpResponse:
     return render(request, "relay/schema.html", {"page": schemalist.schema_page(**params), "section": "schema"})

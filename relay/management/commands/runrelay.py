@@ -17,6 +17,51 @@ from relay.startup import check_store, command_config, fail
 from relay.store import relayprocess
 
 _DEFAULTS = ServerOptions()
+_AT_LEAST_1 = "at least 1"
+_POSITIVE = "more than 0"
+#: The server's tunables: (option, the ServerOptions field it sets and takes its default from, type, the check its
+#: value must pass or None, help).
+_TUNABLES: tuple[tuple[str, str, type[int] | type[float], str | None, str | None], ...] = (
+    (
+        "max-connections",
+        "max_connections",
+        int,
+        _AT_LEAST_1,
+        "connections open at once; at the limit a new one replaces the oldest unauthenticated one",
+    ),
+    (
+        "max-connections-per-address",
+        "max_connections_per_address",
+        int,
+        _AT_LEAST_1,
+        "the same limit per remote address",
+    ),
+    (
+        "auth-timeout",
+        "auth_timeout",
+        float,
+        _POSITIVE,
+        "seconds a connection may stay without a session (AUTH) before it is cut",
+    ),
+    ("idle-timeout", "idle_timeout", float, None, "seconds before an idle client is cut"),
+    (
+        "io-timeout",
+        "io_timeout",
+        float,
+        None,
+        "seconds a client may take to send a request's payload or to read a reply",
+    ),
+    ("store-threads", "store_threads", int, _AT_LEAST_1, None),
+    ("shutdown-grace", "shutdown_grace", float, None, None),
+    (
+        "heartbeat-seconds",
+        "heartbeat_interval",
+        float,
+        _POSITIVE,
+        "how often this process reports that it is alive; its clients count as disconnected after "
+        f"{relayprocess.MISSED_REPORTS} intervals without a report",
+    ),
+)
 
 
 class Command(BaseCommand):
@@ -26,42 +71,8 @@ class Command(BaseCommand):
         parser.add_argument("--config", help="path of replicaterelay.conf (default: $RELAY_CONFIG or ./)")
         parser.add_argument("--address", help="listen address (default: [Server] ListenAddress)")
         parser.add_argument("--port", type=int, help="listen port (default: [Server] ServerPort)")
-        parser.add_argument(
-            "--max-connections",
-            type=int,
-            default=_DEFAULTS.max_connections,
-            help="connections open at once; at the limit a new one replaces the oldest unauthenticated one",
-        )
-        parser.add_argument(
-            "--max-connections-per-address",
-            type=int,
-            default=_DEFAULTS.max_connections_per_address,
-            help="the same limit per remote address",
-        )
-        parser.add_argument(
-            "--auth-timeout",
-            type=float,
-            default=_DEFAULTS.auth_timeout,
-            help="seconds a connection may stay without a session (AUTH) before it is cut",
-        )
-        parser.add_argument(
-            "--idle-timeout", type=float, default=_DEFAULTS.idle_timeout, help="seconds before an idle client is cut"
-        )
-        parser.add_argument(
-            "--io-timeout",
-            type=float,
-            default=_DEFAULTS.io_timeout,
-            help="seconds a client may take to send a request's payload or to read a reply",
-        )
-        parser.add_argument("--store-threads", type=int, default=_DEFAULTS.store_threads)
-        parser.add_argument("--shutdown-grace", type=float, default=_DEFAULTS.shutdown_grace)
-        parser.add_argument(
-            "--heartbeat-seconds",
-            type=float,
-            default=_DEFAULTS.heartbeat_interval,
-            help="how often this process reports that it is alive; its clients count as disconnected after "
-            f"{relayprocess.MISSED_REPORTS} intervals without a report",
-        )
+        for option, field, kind, _check, help_text in _TUNABLES:
+            parser.add_argument(f"--{option}", dest=field, type=kind, default=getattr(_DEFAULTS, field), help=help_text)
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = command_config(options["config"])
@@ -72,24 +83,15 @@ class Command(BaseCommand):
         port = options["port"] if options["port"] is not None else config.server_port
         if not 0 <= port <= 65535:
             raise CommandError(f"--port {port}: not a TCP port")
-        for name in ("max_connections", "max_connections_per_address", "store_threads"):
-            if options[name] < 1:
-                raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
-        if not options["auth_timeout"] > 0:
-            raise CommandError("--auth-timeout must be more than 0")
-        if not options["heartbeat_seconds"] > 0:
-            raise CommandError("--heartbeat-seconds must be more than 0")
+        for option, field, _kind, check, _help in _TUNABLES:
+            if check == _AT_LEAST_1 and options[field] < 1:
+                raise CommandError(f"--{option} must be at least 1")
+            if check == _POSITIVE and not options[field] > 0:
+                raise CommandError(f"--{option} must be more than 0")
         server_options = ServerOptions(
             address=options["address"] or config.listen_address,
             port=port,
-            max_connections=options["max_connections"],
-            max_connections_per_address=options["max_connections_per_address"],
-            auth_timeout=options["auth_timeout"],
-            idle_timeout=options["idle_timeout"],
-            io_timeout=options["io_timeout"],
-            store_threads=options["store_threads"],
-            shutdown_grace=options["shutdown_grace"],
-            heartbeat_interval=options["heartbeat_seconds"],
+            **{field: options[field] for _option, field, *_ in _TUNABLES},
         )
         check_store()
         asyncio.run(serve(secret, server_options))
