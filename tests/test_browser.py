@@ -325,10 +325,9 @@ def test_dashboard_with_a_real_worker_run(
     live_server, browser: Chromium, screenshots: Path, fresh_schema, users
 ) -> None:
     """The pages over what a real worker stored from a real source, not over fabricated rows."""
-    from devtools.wait import wait_for
     from relay import store
-    from relay.models import Checkpoint
     from tests.helpers.processes import RelayProcess, relay_env, stop_all
+    from tests.helpers.worker import caught_up
 
     server, schema = fresh_schema
     server.execute(
@@ -344,12 +343,7 @@ def test_dashboard_with_a_real_worker_run(
             f"UPDATE `{schema}`.orders SET total = total + 1 WHERE id <= 10",
             f"DELETE FROM `{schema}`.orders WHERE id > 35",
         )
-        target = server.binlog_position()
-        wait_for(
-            lambda: (cp := Checkpoint.objects.first()) is not None and (cp.binlog_file, cp.binlog_pos) >= target,
-            60,
-            message="the worker to catch up",
-        )
+        caught_up(server, worker)
     finally:
         worker.stop()
         stop_all()

@@ -107,6 +107,13 @@ def _table_followed_by_a_worker(server: MariaDB, kind: str) -> tuple[str, RelayP
     subscribe("c", 7, schema, "t")
     worker = _worker(server, server.binlog_position())
     caught_up(server, worker)
+    # The first start stores its checkpoint before it reads the baseline: wait for the baseline too, or an incident
+    # made right now (invisible in the binlog) would already be part of it.
+    wait_for(
+        lambda: SchemaVersion.objects.filter(schema_name=schema, table_name="t").exists(),
+        timeout=30,
+        message="the baseline of the new table",
+    )
     return schema, worker
 
 

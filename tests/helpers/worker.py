@@ -58,7 +58,13 @@ def caught_up(server: MariaDB, worker: RelayProcess | None = None, timeout: floa
         checkpoint = Checkpoint.objects.first()
         return checkpoint is not None and (checkpoint.binlog_file, checkpoint.binlog_pos) >= target
 
-    wait_for(reached, timeout=timeout, message=f"checkpoint at {target}")
+    try:
+        wait_for(reached, timeout=timeout, message=f"checkpoint at {target}")
+    except TimeoutError as exc:
+        checkpoint = Checkpoint.objects.first()
+        where = None if checkpoint is None else (checkpoint.binlog_file, checkpoint.binlog_pos)
+        output = "" if worker is None else f"\nworker output:\n{worker.output[-3000:]}"
+        raise TimeoutError(f"{exc} (the checkpoint is at {where}){output}") from None
 
 
 def queue_of(name: str) -> list[tuple[str, int, str]]:
