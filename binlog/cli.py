@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import base64
+import binascii
 import contextlib
 import json
 import logging
+import operator
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
 from binlog.changes import NOT_PRESENT, Row, RowChange, Transaction
-from binlog.check import preflight, summary
 from binlog.errors import BinlogError
 from binlog.files import read_binlog_files
 from binlog.position import Position
@@ -32,34 +32,9 @@ def tool_server_id(pid: int | None = None) -> int:
     return TOOL_SERVER_IDS.start + (os.getpid() if pid is None else pid) % len(TOOL_SERVER_IDS)
 
 
-def _json_value(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    return value
-
-
-def _image(change: RowChange, image: Row | None) -> dict[str, Any] | None:
-    if image is None:
-        return None
-    return {name: _json_value(v) for name, v in zip(change.columns, image, strict=True) if v is not NOT_PRESENT}
-
-
-def change_as_json(change: RowChange) -> str:
-    return json.dumps(
-        {
-            "file": change.file,
-            "pos": change.pos,
-            "row": change.row,
-            "timestamp": change.timestamp,
-            "gtid": change.gtid,
-            "schema": change.schema,
-            "table": change.table,
-            "type": change.kind_name,
-            "before": _image(change, change.before),
-            "after": _image(change, change.after),
-        },
-        ensure_ascii=False,
-    )
+_NoneType = type(None)
+_NotPresentType = type(NOT_PRESENT)
+_CACHE_LIMIT = 4096
 
 
 def _text_value(value: Any) -> str:
@@ -70,29 +45,243 @@ def _text_value(value: Any) -> str:
     return repr(value)
 
 
+def _base64(value: bytes) -> str:
+    return binascii.b2a_base64(value, newline=False).decode("ascii")  # what base64.b64encode does, one call less
+
+
+# The characters below 256 that a str's repr shows as they are, inside single quotes: repr(s) == f"'{s}'" for any s
+# made of them alone (the repr escapes a backslash, a character that is not printable, and a single quote unless it
+# takes double quotes instead).
+_PLAIN_LATIN1 = bytes(c for c in range(256) if chr(c).isprintable() and chr(c) not in "'\\")
+# The UTF-8 bytes of the characters JSON (ensure_ascii=False) shows as they are, inside double quotes: all but the
+# controls below 32, the double quote and the backslash (a character from 128 up is all bytes from 128 up).
+_PLAIN_UTF8 = bytes(c for c in range(256) if c >= 32 and chr(c) not in '"\\')
+
+
+def _needs_repr_escapes(joined: str) -> bool:
+    try:  # a str of code points below 256 encodes as is (a copy); its bytes left after the deletion need escapes
+        return bool(joined.encode("latin-1").translate(None, _PLAIN_LATIN1))
+    except UnicodeEncodeError:
+        return "'" in joined or "\\" in joined or not joined.isprintable()
+
+
+def _needs_json_escapes(joined: str) -> bool:
+    try:
+        return bool(joined.encode("utf-8").translate(None, _PLAIN_UTF8))
+    except UnicodeEncodeError:  # a lone surrogate: the encoder's own path decides
+        return True
+
+
+# An image format renders the images of one shape (the types of their values) and answers None for another shape
+# (or, for JSON, for a value type it leaves to the json module).
+ImageFormat = Callable[[Row], str | None]
+
+
+def _getter(indices: list[int]) -> Callable[[Row], tuple[Any, ...]]:
+    """``lambda row: tuple(row[i] for i in indices)``, in C when it can be (itemgetter of one index is no tuple)."""
+    if len(indices) >= 2:
+        return operator.itemgetter(*indices)
+    if indices:
+        index = indices[0]
+        return lambda row: (row[index],)
+    return lambda row: ()
+
+
+def _image_format(columns: tuple[str, ...], shape: tuple[type, ...], as_json: bool = False) -> ImageFormat:
+    """The function from an image whose values have the types ``shape`` to its text: ``name=value, ...`` (or, with
+    ``as_json``, its JSON object as ``json.dumps(..., ensure_ascii=False)`` writes it).
+
+    The names, the NULLs and the separators go into a %-template; the values left are str, bytes (``0x`` and their
+    hex; in JSON, base64) or, in text only, anything else (:func:`_text_value`), taken from the image by one
+    itemgetter. A column left out of the image (NOT_PRESENT) is left out of the text. The repr of a str is the str in
+    single quotes unless it holds a quote, a backslash or a character that is not printable (and a JSON string the
+    str in double quotes, unless it holds a double quote, a backslash or a control character); so when the values of
+    a row hold none of those (one check over them all), one template renders the row without a repr (an escape) per
+    value.
+
+    It checks that an image has that shape as it goes (the NULLs and left-out columns where they were, the type of
+    each bytes or other value, and str elsewhere, which the join checks), and returns None when one does not.
+    """
+    if len(shape) != len(columns):
+        raise ValueError(f"{len(shape)} values for {len(columns)} columns")
+    width = len(shape)
+    quoted: list[str] = []  # the template for values that need no escaping
+    escaped: list[str] = []  # and the one for any values
+    indices: list[int] = []
+    absent_indices: list[int] = []
+    converted: list[tuple[int, type, Callable[[Any], str]]] = []  # (position in the arguments, type, conversion)
+    for i, (name, kind) in enumerate(zip(columns, shape, strict=True)):
+        label = (json.dumps(name, ensure_ascii=False) + ": " if as_json else name + "=").replace("%", "%%")
+        if kind is _NotPresentType or kind is _NoneType:
+            absent_indices.append(i)
+            if kind is _NoneType:
+                quoted.append(label + ("null" if as_json else "NULL"))
+                escaped.append(quoted[-1])
+            continue
+        if as_json:
+            if kind is not str and kind is not bytes:
+                return lambda image: None  # left to the json module
+            quoted.append(label + '"%s"')
+            escaped.append(label + "%s")  # the value through encode_basestring
+            if kind is bytes:
+                converted.append((len(indices), kind, _base64))
+        elif kind is str:
+            quoted.append(label + "'%s'")
+            escaped.append(label + "%r")
+        else:
+            prefix = "0x" if kind is bytes else ""
+            quoted.append(f"{label}{prefix}%s")
+            escaped.append(f"{label}{prefix}%s")
+            converted.append((len(indices), kind, bytes.hex if kind is bytes else _text_value))
+        indices.append(i)
+    plain, general = ", ".join(quoted), ", ".join(escaped)
+    if as_json:
+        plain, general = "{" + plain + "}", "{" + general + "}"
+    get_values = _getter(indices)
+    get_absent = _getter(absent_indices) if absent_indices else None
+    absent = tuple(None if shape[i] is _NoneType else NOT_PRESENT for i in absent_indices)
+    needs_escapes = _needs_json_escapes if as_json else _needs_repr_escapes
+
+    def render(image: Row) -> str | None:
+        if len(image) != width or (get_absent is not None and get_absent(image) != absent):
+            return None
+        args = get_values(image)
+        if converted:
+            values = list(args)
+            for position, kind, convert in converted:
+                value = values[position]
+                if type(value) is not kind:
+                    return None
+                values[position] = convert(value)
+            args = tuple(values)
+        try:
+            joined = "".join(args)
+        except TypeError:  # a value that is not a str where the shape has one
+            return None
+        if not needs_escapes(joined):
+            return plain % args
+        if as_json:
+            return general % tuple(map(_encode_json_string, args))
+        return general % args
+
+    return render
+
+
+# The format each table's last before (after) image had, by its column names (the tuple its rows share, checked by
+# identity), tried first; then the formats by column names, value types and form. Both bounded: a table's shapes are
+# at most 2 ** columns.
+_LastFormats = dict[int, tuple[tuple[str, ...], ImageFormat]]
+_last_before: _LastFormats = {}
+_last_after: _LastFormats = {}
+_last_json_before: _LastFormats = {}
+_last_json_after: _LastFormats = {}
+_image_formats: dict[tuple[tuple[str, ...], tuple[type, ...], bool], ImageFormat] = {}
+
+
+def _format_image(
+    columns: tuple[str, ...], image: Row, last_formats: _LastFormats, as_json: bool = False
+) -> str | None:
+    """The text (JSON) of an image; None for a JSON image with a value the json module must write."""
+    last = last_formats.get(id(columns))
+    if last is not None and last[0] is columns:
+        text = last[1](image)
+        if text is not None:
+            return text
+    key = (columns, tuple(map(type, image)), as_json)
+    render = _image_formats.get(key)
+    if render is None:
+        if len(_image_formats) >= _CACHE_LIMIT:
+            _image_formats.clear()
+        render = _image_formats[key] = _image_format(*key)
+    if len(last_formats) >= _CACHE_LIMIT:
+        last_formats.clear()
+    last_formats[id(columns)] = (columns, render)
+    text = render(image)
+    if text is None and not as_json:  # not expected: the format of this very shape
+        return ", ".join(
+            f"{name}={_text_value(v)}" for name, v in zip(columns, image, strict=True) if v is not NOT_PRESENT
+        )
+    return text
+
+
 def change_as_text(change: RowChange) -> str:
-    parts = [f"{change.file}:{change.pos}#{change.row}", change.gtid or "-", change.kind_name,
-             f"{change.schema}.{change.table}"]  # fmt: skip
-    for label, image in (("before", change.before), ("after", change.after)):
-        if image is not None:
-            values = ", ".join(
-                f"{name}={_text_value(v)}"
-                for name, v in zip(change.columns, image, strict=True)
-                if v is not NOT_PRESENT
-            )
-            parts.append(f"{label}: {values}")
-    return " ".join(parts)
+    """``file:pos#row gtid kind schema.table [before: name=value, ...] [after: name=value, ...]``: a str in its
+    repr, bytes in hex after ``0x``, NULL for None; a column left out of a partial image is left out."""
+    line = f"{change.file}:{change.pos}#{change.row} {change.gtid or '-'} {change.kind_name} {change.schema}."
+    line += change.table
+    before = change.before
+    if before is not None:
+        line += " before: " + str(_format_image(change.columns, before, _last_before))
+    after = change.after
+    if after is not None:
+        line += " after: " + str(_format_image(change.columns, after, _last_after))
+    return line
 
 
-def print_changes(transactions: Iterable[Transaction], out: TextIO, as_json: bool) -> int:
+# json.dumps(..., ensure_ascii=False) builds a new encoder on each call; one encoder of the same settings serves all
+# (without the check for circular references, which only changes the error a circular object would raise: a row
+# change has none).
+_json_encode = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+_encode_json_string: Callable[[str], str] = json.encoder.encode_basestring  # what that encoder does to a str
+_JSON_HEAD = '{"file": "%s", "pos": %s, "row": %s, "timestamp": %s, "gtid": "%s", "schema": "%s", "table": "%s", '
+
+
+def _json_image(change: RowChange, image: Row | None) -> dict[str, Any] | None:
+    if image is None:
+        return None
+    return {name: _base64(v) if isinstance(v, bytes) else v for name, v in zip(change.columns, image, strict=True)
+            if v is not NOT_PRESENT}  # fmt: skip
+
+
+def _change_as_json_object(change: RowChange) -> str:
+    return _json_encode(
+        {
+            "file": change.file,
+            "pos": change.pos,
+            "row": change.row,
+            "timestamp": change.timestamp,
+            "gtid": change.gtid,
+            "schema": change.schema,
+            "table": change.table,
+            "type": change.kind_name,
+            "before": _json_image(change, change.before),
+            "after": _json_image(change, change.after),
+        }
+    )
+
+
+def change_as_json(change: RowChange) -> str:
+    """The change as one JSON object, as ``json.dumps(..., ensure_ascii=False)`` writes it (bytes in base64)."""
+    file, gtid, schema, table = change.file, change.gtid, change.schema, change.table
+    pos, row, timestamp = change.pos, change.row, change.timestamp
+    if type(pos) is not int or type(row) is not int or type(timestamp) is not int:
+        return _change_as_json_object(change)
+    try:
+        if _needs_json_escapes(file + gtid + schema + table):
+            return _change_as_json_object(change)
+    except TypeError:  # a str field that is not a str
+        return _change_as_json_object(change)
+    before, after = change.before, change.after
+    before_text = "null" if before is None else _format_image(change.columns, before, _last_json_before, True)
+    after_text = "null" if after is None else _format_image(change.columns, after, _last_json_after, True)
+    if before_text is None or after_text is None:
+        return _change_as_json_object(change)
+    head = _JSON_HEAD % (file, pos, row, timestamp, gtid, schema, table)
+    return f'{head}"type": "{change.kind_name}", "before": {before_text}, "after": {after_text}}}'
+
+
+def print_changes(transactions: Iterable[Transaction], out: TextIO, as_json: bool, flush: bool = True) -> int:
+    """Write each row change as a line, one write per transaction; with ``flush``, flushed after each transaction
+    (``tail`` shows each as it commits; ``dump`` of files leaves the buffering to the stream)."""
     count = 0
     render = change_as_json if as_json else change_as_text
     for trx in transactions:
-        for change in trx.changes:
-            out.write(render(change) + "\n")
-            count += 1
-        if trx.changes:
-            out.flush()
+        changes = trx.changes
+        if changes:
+            out.write("\n".join(map(render, changes)) + "\n")
+            if flush:
+                out.flush()
+            count += len(changes)
     return count
 
 
@@ -139,7 +328,7 @@ def _cmd_dump(args: argparse.Namespace) -> int:
     elif args.host:
         provider = InformationSchemaProvider(_settings(args).schema_connect_args())
     transactions = read_binlog_files(args.files, schema_provider=provider, start=args.start_position)
-    print_changes(transactions, sys.stdout, args.json)
+    print_changes(transactions, sys.stdout, args.json, flush=False)
     return 0
 
 
@@ -165,6 +354,8 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from binlog.check import preflight, summary  # on use: it brings in pymysql and ssl, which dump never needs
+
     settings = _settings(args)
     problems = preflight(settings)
     for line in problems:
