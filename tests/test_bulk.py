@@ -22,3 +22,33 @@ def test_rows_round_trip_with_awkward_text(kinds: str | None) -> None:
     stored = list(Change.objects.order_by("id").values_list(*COLUMNS))
     assert stored == rows
     assert bulk.allocate_ids(Change._meta.db_table, 5) >= first + 2
+
+
+def test_ids_are_reserved_in_one_statement_and_never_twice() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        first = bulk.allocate_ids(Change._meta.db_table, 600)
+    if connection.vendor == "postgresql":
+        assert len(queries) <= 2  # the sequence's name once per process, then one statement a call
+        with CaptureQueriesContext(connection) as queries:
+            second = bulk.allocate_ids(Change._meta.db_table, 3)
+        assert len(queries) == 1 and second >= first + 600
+        with connection.cursor() as cursor:  # what the sequence hands out next is past both ranges
+            cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id'))", [Change._meta.db_table])
+            assert cursor.fetchone()[0] >= second + 3
+
+
+def test_upserts_many_rows_in_pages() -> None:
+    from django.db import connection
+
+    from relay.models import EventCount
+
+    table = connection.ops.quote_name(EventCount._meta.db_table)
+    conflict = f"ON CONFLICT (source, event_type) DO UPDATE SET count = {table}.count + excluded.count"
+    rows = [("src", event_type, event_type) for event_type in range(1, 251)]
+    bulk.upsert_rows(f"INSERT INTO {table} (source, event_type, count) VALUES", rows, conflict=conflict, page=100)
+    bulk.upsert_rows(f"INSERT INTO {table} (source, event_type, count) VALUES", rows[:3], conflict=conflict)
+    stored = dict(EventCount.objects.values_list("event_type", "count"))
+    assert stored == {event_type: event_type * (2 if event_type <= 3 else 1) for event_type in range(1, 251)}

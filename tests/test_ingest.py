@@ -120,3 +120,100 @@ def test_the_schema_page_keeps_enum_and_set_labels() -> None:
     assert stored == [("id", "int"), ("state", "enum('new','it''s')"), ("tags", "set('a','b')")]
     long = column_type_text(ColumnInfo("e", 254, "enum", enum_values=tuple(f"label{i}" for i in range(100))))
     assert len(long) == 255 and long.endswith("…)")
+
+
+def test_a_queue_run_is_the_runs_entries_one_at_a_time_would_make() -> None:
+    from relay.models import MAX_RUN
+    from relay.worker.ingest import _Queue
+
+    def one_at_a_time(queue: _Queue, stored_index: int) -> None:  # the entry-by-entry rule
+        queue.last += 1
+        if queue.runs:
+            run = queue.runs[-1]
+            if run[0] + run[2] == queue.last and run[1] + run[2] == stored_index and run[2] < MAX_RUN:
+                run[2] += 1
+                return
+        queue.runs.append([queue.last, stored_index, 1])
+
+    steps = [(0, 3), (3, MAX_RUN - 1), (MAX_RUN + 2, 5), (MAX_RUN + 7, 2 * MAX_RUN + 1), (4 * MAX_RUN, 1)]
+    bulk_queue, single_queue = _Queue(acked=5, last=7, max_queue=2), _Queue(acked=5, last=7, max_queue=2)
+    for start, count in steps:
+        bulk_queue.add_run(start, count)
+        for index in range(start, start + count):
+            one_at_a_time(single_queue, index)
+    assert bulk_queue.runs == single_queue.runs and bulk_queue.last == single_queue.last
+
+
+def test_routing_a_run_at_a_time_is_routing_each_change() -> None:
+    """Limits, policies and several filters per client over mixed tables and kinds, against the per-change rule."""
+    import random
+
+    from relay.models import DiscardPolicy
+
+    tables = {name: TableInfo("shop", name, (ColumnInfo("id", 3, "int"),)) for name in ("orders", "people")}
+    setups = [  # per client: its filters (mask, schema, table, limit, policy), earliest first
+        [(7, "*", "*", 0, 0)],
+        [(1, "shop", "orders", 5, DiscardPolicy.UNQUEUE_OLDEST)],
+        [(5, "shop", "*", 13, DiscardPolicy.IGNORE_NEWEST), (7, "*", "*", 0, 0)],
+        [(2, "*", "people", 2, DiscardPolicy.NO_DISCARD), (4, "shop", "orders", 1, DiscardPolicy.UNQUEUE_OLDEST)],
+        [(1, "shop", "people", 9, DiscardPolicy.IGNORE_NEWEST)],
+    ]
+    clients = []
+    for n, filters in enumerate(setups):
+        session = store.open_session(f"client-{n}")
+        made = [store.add_filter(session.client_id, *spec) for spec in filters]
+        clients.append((session.client_id, made))
+
+    # The model: each client's queue as a list of row ids, entry by entry, with the filter that matched first.
+    queue_of: dict[int, list[str]] = {client_id: [] for client_id, _ in clients}
+    model_state = {client_id: [0, 0, 0] for client_id, _ in clients}  # last seq, discarded, max queue
+    model_discards = {spec.id: 0 for _, made in clients for spec in made}
+    rng = random.Random(18)
+    next_id = 1
+    for _ in range(6):
+        changes = []
+        for _ in range(rng.randint(1, 5)):  # rows events: a table and kind, several rows
+            info = tables[rng.choice(list(tables))]
+            kind = rng.choice((1, 2, 4))
+            for _ in range(rng.randint(1, 7)):
+                row = (str(next_id),)
+                before, after = (None, row) if kind == 1 else (row, None) if kind == 4 else (row, row)
+                changes.append(
+                    RowChange(
+                        "shop", info.table, kind, ("id",), before, after, "b.1", next_id, 0, 1_700_000_000, "", info
+                    )
+                )
+                next_id += 1
+        for change in changes:
+            for client_id, made in clients:
+                spec = next(
+                    (f for f in made if f.event_mask & change.kind and f.table_name in ("*", change.table)), None
+                )
+                if spec is None:
+                    continue
+                queue, state = queue_of[client_id], model_state[client_id]
+                if spec.queue_limit > 0 and len(queue) >= spec.queue_limit:
+                    if spec.discard_policy == DiscardPolicy.UNQUEUE_OLDEST:
+                        dropped = len(queue) - spec.queue_limit + 1
+                        del queue[:dropped]
+                        state[1] += dropped
+                        model_discards[spec.id] += dropped
+                    elif spec.discard_policy == DiscardPolicy.IGNORE_NEWEST:
+                        state[1] += 1
+                        model_discards[spec.id] += 1
+                        continue
+                queue.append((change.after or change.before)[0])
+                state[0] += 1
+                state[2] = max(state[2], len(queue))
+        apply([Transaction(changes, Position("b.1", next_id))])
+
+        for client_id, _ in clients:
+            bounds = store.session_bounds(client_id)
+            assert bounds is not None
+            entries = store.read_entries(client_id, bounds.acked_seq, 1000)
+            columns = [rowcodec.decode(entry.data)[0] for entry in entries]
+            got = [next(v for v in (c.after, c.before) if isinstance(v, str)) for c in columns]
+            assert got == queue_of[client_id], client_id
+            state = QueueState.objects.get(client_id=client_id)
+            assert [state.last_seq, state.discarded, state.max_queue] == model_state[client_id], client_id
+        assert dict(Filter.objects.values_list("id", "discarded")) == model_discards

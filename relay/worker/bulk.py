@@ -62,26 +62,71 @@ def insert_rows(table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
             cursor.executemany(f"INSERT INTO {connection.ops.quote_name(table)} ({quoted}) VALUES ({marks})", rows)
 
 
+#: How often allocate_ids asks again when concurrent writers interleaved with its reservation.
+ALLOCATE_ATTEMPTS = 5
+
+_sequences: dict[tuple[str, str], str] = {}  # (database alias, table) -> the sequence of its id column
+
+
+def _sequence(table: str) -> str:
+    key = (connection.alias, table)
+    name = _sequences.get(key)
+    if name is None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+            name = cursor.fetchone()[0]
+        if name is None:
+            raise RuntimeError(f"{table}: its id column has no sequence")
+        _sequences[key] = name
+    return name
+
+
 def allocate_ids(table: str, count: int) -> int:
     """Reserves ``count`` consecutive primary keys of ``table``; returns the first.
 
     Rows then go in with explicit ids (COPY cannot return generated ones). On SQLite the write transaction already
-    excludes every other writer; on PostgreSQL the sequence is advanced by ``count`` in one call.
+    excludes every other writer. On PostgreSQL one statement takes ``count`` values of the table's sequence and
+    returns only their bounds: the values are this transaction's whatever else happens (a sequence never hands out a
+    value twice), and they are ``count`` distinct values, so when the bounds are ``count - 1`` apart they are exactly
+    that range. A concurrent writer's ``nextval`` can interleave with them; then they are left unused (a gap, as a
+    rolled-back insert leaves) and the statement runs again. (``setval`` to the end of a range is not safe: a
+    concurrent ``nextval`` between reading the sequence and setting it would get a value of the range too.)
     """
     if count <= 0:
         raise ValueError("count must be positive")
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
-            sequence = cursor.fetchone()[0]
-            # setval/nextval in one statement would race with nothing (one worker), but keep it atomic anyway.
-            cursor.execute("SELECT nextval(%s) FROM generate_series(1, %s)", [sequence, count])
-            ids = [row[0] for row in cursor.fetchall()]
-            if ids[-1] - ids[0] != count - 1:
-                raise RuntimeError(f"{table}: the id sequence did not hand out {count} consecutive values")
-            return ids[0]
+            sequence = _sequence(table)
+            for _ in range(ALLOCATE_ATTEMPTS):
+                cursor.execute(
+                    "SELECT min(v), max(v) FROM (SELECT nextval(%s::regclass) AS v FROM generate_series(1, %s)) AS s",
+                    [sequence, count],
+                )
+                low, high = cursor.fetchone()
+                if high - low == count - 1:
+                    return int(low)
+            raise RuntimeError(
+                f"{table}: the id sequence did not hand out {count} consecutive values in {ALLOCATE_ATTEMPTS} attempts"
+            )
         cursor.execute("SELECT seq FROM sqlite_sequence WHERE name = %s", [table])
         row = cursor.fetchone()
         cursor.execute(f"SELECT MAX(id) FROM {connection.ops.quote_name(table)}")
         top = max(row[0] if row else 0, cursor.fetchone()[0] or 0)
         return top + 1
+
+
+def upsert_rows(sql: str, rows: Sequence[Sequence[Any]], *, conflict: str, page: int = 100) -> None:
+    """``sql`` (``INSERT INTO t (a, b) VALUES``) with many rows in one statement per ``page`` rows, then ``conflict``
+    (an ``ON CONFLICT`` clause): one round trip where executemany makes one per row. No two rows may share the
+    conflict key (PostgreSQL refuses to update a row twice in one statement)."""
+    if not rows:
+        return
+    width = len(rows[0])
+    marks = "(" + ", ".join("%s" for _ in range(width)) + ")"
+    with connection.cursor() as cursor:
+        for offset in range(0, len(rows), page):
+            chunk = rows[offset : offset + page]
+            cursor.execute(
+                f"{sql} {', '.join(marks for _ in chunk)} {conflict}",
+                [value for row in chunk for value in row],
+            )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Value
+from django.db.models import F, Model, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -60,15 +60,22 @@ class _Queue:
     # that gets every stored change holds one run for the whole batch.
     runs: list[list[int]] = field(default_factory=list)
 
-    def add(self, stored_index: int) -> None:
-        self.last += 1
+    def add_run(self, stored_index: int, count: int) -> None:
+        """Queues ``count`` stored changes from ``stored_index`` on: the entries one at a time would make the same runs
+        (the last run grown while it is contiguous and under MAX_RUN, then new ones)."""
+        seq = self.last + 1
+        self.last += count
         runs = self.runs
         if runs:
             run = runs[-1]
-            if run[0] + run[2] == self.last and run[1] + run[2] == stored_index and run[2] < MAX_RUN:
-                run[2] += 1
-                return
-        runs.append([self.last, stored_index, 1])
+            if run[0] + run[2] == seq and run[1] + run[2] == stored_index and run[2] < MAX_RUN:
+                grow = min(MAX_RUN - run[2], count)
+                run[2] += grow
+                seq, stored_index, count = seq + grow, stored_index + grow, count - grow
+        while count > 0:
+            size = min(count, MAX_RUN)
+            runs.append([seq, stored_index, size])
+            seq, stored_index, count = seq + size, stored_index + size, count - size
 
     def drop_consumed(self) -> bool:
         """Cuts what the unqueue-oldest policy dropped within this batch; True if anything was cut."""
@@ -146,32 +153,29 @@ class Ingestor:
         by_filter: Counter[int] = Counter()  # entries dropped, by the filter whose limit and policy dropped them
         usage = UsageTally()
         match = self.index.match
-        for position, change in enumerate(changes):
-            usage.add(change.schema, change.table, change.kind, change.timestamp)
-            subscriptions = match(change.schema, change.table, change.kind)
-            if not subscriptions:
-                continue
-            kept = False
-            stored_index = len(stored)
-            for sub in subscriptions:
-                queue = queues[sub.client_id]
-                size = queue.last - queue.acked
-                if sub.queue_limit > 0 and size >= sub.queue_limit:
-                    if sub.discard_policy == DiscardPolicy.UNQUEUE_OLDEST:  # make room for this one
-                        dropped = size - sub.queue_limit + 1
-                        queue.acked += dropped
-                        queue.discarded += dropped
-                        by_filter[sub.filter_id] += dropped
-                    elif sub.discard_policy == DiscardPolicy.IGNORE_NEWEST:
-                        queue.discarded += 1
-                        by_filter[sub.filter_id] += 1
-                        continue
-                queue.add(stored_index)
-                kept = True
-                if queue.last - queue.acked > queue.max_queue:
-                    queue.max_queue = queue.last - queue.acked
-            if kept:
-                stored.append(position)
+        # Routed a run at a time: consecutive changes of one table and kind have the same subscriptions, so each
+        # client takes a prefix of the run (all of it, or what its limit leaves room for under ignore-newest) as one
+        # queue run, and the kept changes are the longest prefix any client took: what routing the changes one at a
+        # time gives, at a cost per run and client instead of per change and client.
+        total = len(changes)
+        start = 0
+        while start < total:
+            first = changes[start]
+            schema, table, kind = first.schema, first.table, first.kind
+            stop = start + 1
+            while stop < total:
+                change = changes[stop]
+                if change.kind != kind or change.table != table or change.schema != schema:
+                    break
+                stop += 1
+            count = stop - start
+            usage.add_many(schema, table, kind, [change.timestamp for change in changes[start:stop]])
+            subscriptions = match(schema, table, kind)
+            if subscriptions:
+                kept = self._route_run(subscriptions, queues, len(stored), count, by_filter)
+                if kept:
+                    stored.extend(range(start, start + kept))
+            start = stop
 
         queued = self._write_queues(changes, queues, stored)
         discarded = sum(queue.discarded for queue in queues.values())
@@ -193,10 +197,10 @@ class Ingestor:
         )
         if checkpoint and transactions:
             end = transactions[-1].position
-            Checkpoint.objects.update_or_create(
-                source=self.source,
-                defaults={"binlog_file": end.file, "binlog_pos": end.pos, "gtid": end.gtid},
-            )
+            position = {"binlog_file": end.file, "binlog_pos": end.pos, "gtid": end.gtid}
+            # A plain UPDATE once the row exists (every batch but a source's first): one statement, no SELECT.
+            if not Checkpoint.objects.filter(source=self.source).update(updated=timezone.now(), **position):
+                Checkpoint.objects.update_or_create(source=self.source, defaults=position)
             if self.history is not None:
                 StoreHistory(self.source).save(self.history.take_pending(upto=end))
         if queued and connection.vendor == "postgresql":
@@ -206,18 +210,57 @@ class Ingestor:
 
     # -- queues ---------------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _route_run(
+        subscriptions: Sequence[Any], queues: dict[int, _Queue], stored_index: int, count: int, by_filter: Counter[int]
+    ) -> int:
+        """Queues a run of ``count`` changes (stored from ``stored_index`` on) for its subscriptions; returns how many
+        of its first changes some client keeps.
+
+        Entry by entry, a limit drops when the queue is full before an entry is added: unqueue-oldest drops the oldest
+        to make room (so the queue ends at the limit), ignore-newest drops the new entry (so the client keeps the
+        run's first changes while there is room), and no-discard keeps everything.
+        """
+        kept = 0
+        for sub in subscriptions:
+            queue = queues[sub.client_id]
+            size = queue.last - queue.acked
+            take = count
+            limit = sub.queue_limit
+            if limit > 0 and size + count > limit:  # some entry of the run finds the queue full
+                if sub.discard_policy == DiscardPolicy.UNQUEUE_OLDEST:
+                    dropped = size + count - limit
+                    queue.acked += dropped
+                    queue.discarded += dropped
+                    by_filter[sub.filter_id] += dropped
+                elif sub.discard_policy == DiscardPolicy.IGNORE_NEWEST:
+                    take = max(limit - size, 0)
+                    queue.discarded += count - take
+                    by_filter[sub.filter_id] += count - take
+            if take:
+                queue.add_run(stored_index, take)
+                if take > kept:
+                    kept = take
+                if queue.last - queue.acked > queue.max_queue:
+                    queue.max_queue = queue.last - queue.acked
+        return kept
+
     def _queues_for(self, changes: Sequence[object]) -> dict[int, _Queue]:
         if not changes or not len(self.index):
             return {}
-        acked = dict(Client.objects.values_list("id", "acked_seq"))
+        # Every client's acked seq and queue state in one query.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT c.id, c.acked_seq, q.last_seq, q.max_queue FROM {table_name(Client)} c"
+                f" LEFT JOIN {table_name(QueueState)} q ON q.client_id = c.id ORDER BY c.id"
+            )
+            rows = cursor.fetchall()
         queues: dict[int, _Queue] = {}
-        states = {state.client_id: state for state in QueueState.objects.filter(client_id__in=list(acked))}
-        for client_id, acked_seq in acked.items():
-            state = states.get(client_id)
-            if state is None:
-                state = QueueState.objects.create(client_id=client_id)
-            queues[client_id] = _Queue(acked=acked_seq, last=state.last_seq, max_queue=state.max_queue)
-            queues[client_id].last = max(queues[client_id].last, acked_seq)
+        for client_id, acked_seq, last_seq, max_queue in rows:
+            if last_seq is None:  # no state yet (a client made before states were)
+                QueueState.objects.create(client_id=client_id)
+                last_seq = max_queue = 0
+            queues[client_id] = _Queue(acked=acked_seq, last=max(last_seq, acked_seq), max_queue=max_queue)
         return queues
 
     def _write_queues(self, changes: Sequence, queues: dict[int, _Queue], stored: list[int]) -> int:
@@ -280,12 +323,13 @@ class Ingestor:
         bulk.insert_rows(
             QueueEntry._meta.db_table, ("client_id", "seq", "count", "change_id"), entry_rows, kinds="iiii"
         )
+        states = [
+            (client_id, queue.last, queue.discarded, queue.max_queue)
+            for client_id, queue in queues.items()
+            if queue.runs or queue.discarded
+        ]
+        write_queue_states(states)
         for client_id, queue in queues.items():
-            if not queue.runs and not queue.discarded:
-                continue
-            QueueState.objects.filter(client_id=client_id).update(
-                last_seq=queue.last, discarded=F("discarded") + queue.discarded, max_queue=queue.max_queue
-            )
             if queue.discarded:
                 Client.objects.filter(id=client_id).update(
                     acked_seq=Greatest(F("acked_seq"), Value(queue.acked)),
@@ -301,13 +345,12 @@ class Ingestor:
             counts.update(tx.event_counts)
         if not counts:
             return
-        table = connection.ops.quote_name(EventCount._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {table} (source, event_type, count) VALUES (%s, %s, %s)"
-                f" ON CONFLICT (source, event_type) DO UPDATE SET count = {table}.count + excluded.count",
-                [(self.source, event_type, count) for event_type, count in sorted(counts.items())],
-            )
+        table = table_name(EventCount)
+        bulk.upsert_rows(
+            f"INSERT INTO {table} (source, event_type, count) VALUES",
+            [(self.source, event_type, count) for event_type, count in sorted(counts.items())],
+            conflict=f"ON CONFLICT (source, event_type) DO UPDATE SET count = {table}.count + excluded.count",
+        )
 
     def _record_layouts(self, changes: Sequence) -> None:
         seen: dict[tuple[str, str], tuple[TableInfo, int]] = {}
@@ -345,6 +388,31 @@ CHANGE_COLUMNS = (
 def insert_change_rows(rows: Sequence[tuple]) -> None:
     """Writes change rows given in CHANGE_COLUMNS order (ids allocated with bulk.allocate_ids)."""
     bulk.insert_rows(Change._meta.db_table, CHANGE_COLUMNS, rows, kinds="issisiiiss")
+
+
+def table_name(model: type[Model]) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def write_queue_states(states: Sequence[tuple[int, int, int, int]]) -> None:
+    """(client, last seq, newly discarded, max queue) into each client's QueueState: one statement for them all."""
+    if not states:
+        return
+    table = table_name(QueueState)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            values = ", ".join("(%s, %s, %s, %s)" for _ in states)
+            cursor.execute(
+                f"UPDATE {table} AS q SET last_seq = v.last_seq, discarded = q.discarded + v.discarded,"
+                f" max_queue = v.max_queue FROM (VALUES {values}) AS v(client_id, last_seq, discarded, max_queue)"
+                " WHERE q.client_id = v.client_id",
+                [value for state in sorted(states) for value in state],
+            )
+        else:  # in process: no round trips to save
+            cursor.executemany(
+                f"UPDATE {table} SET last_seq = %s, discarded = discarded + %s, max_queue = %s WHERE client_id = %s",
+                [(last, discarded, max_queue, client_id) for client_id, last, discarded, max_queue in states],
+            )
 
 
 def entry_runs(client_id: int, entries: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connection
 
 from binlog.constants import KIND_ORDER
 from relay.models import TableUsage, UsageMinute
+from relay.worker.bulk import upsert_rows
 
 BUCKET_RETENTION_MINUTES = 2 * 24 * 60
 KIND_COLUMN = {kind: index for index, kind in enumerate(KIND_ORDER)}  # the index of each kind's counter
@@ -34,6 +36,23 @@ class UsageTally:
             counts[3] = timestamp
         self.minutes[(schema, table, timestamp - timestamp % 60)][column] += 1
 
+    def add_many(self, schema: str, table: str, kind: int, timestamps: Sequence[int]) -> None:
+        """``add`` for several changes of one table and kind (a run of the batch's changes)."""
+        if not timestamps:
+            return
+        column = KIND_COLUMN[kind]
+        counts = self.tables[(schema, table)]
+        counts[column] += len(timestamps)
+        newest, oldest = max(timestamps), min(timestamps)
+        if newest > counts[3]:
+            counts[3] = newest
+        if newest - newest % 60 == oldest - oldest % 60:  # all in one minute: the usual case
+            self.minutes[(schema, table, newest - newest % 60)][column] += len(timestamps)
+            return
+        minutes = self.minutes
+        for timestamp in timestamps:
+            minutes[(schema, table, timestamp - timestamp % 60)][column] += 1
+
     def __bool__(self) -> bool:
         return bool(self.tables)
 
@@ -42,26 +61,26 @@ class UsageTally:
             return
         usage = connection.ops.quote_name(TableUsage._meta.db_table)
         minute = connection.ops.quote_name(UsageMinute._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {usage} (schema_name, table_name, inserts, updates, deletes, start_inserts,"
-                " start_updates, start_deletes, last_change) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (schema_name, table_name) DO UPDATE SET"
-                f" inserts = {usage}.inserts + excluded.inserts, updates = {usage}.updates + excluded.updates,"
-                f" deletes = {usage}.deletes + excluded.deletes,"
-                f" start_inserts = {usage}.start_inserts + excluded.start_inserts,"
-                f" start_updates = {usage}.start_updates + excluded.start_updates,"
-                f" start_deletes = {usage}.start_deletes + excluded.start_deletes,"
-                " last_change = excluded.last_change",
-                [(s, t, i, u, d, i, u, d, last) for (s, t), (i, u, d, last) in sorted(self.tables.items())],
-            )
-            cursor.executemany(
-                f"INSERT INTO {minute} (schema_name, table_name, minute, inserts, updates, deletes)"
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (schema_name, table_name, minute) DO UPDATE SET"
-                f" inserts = {minute}.inserts + excluded.inserts, updates = {minute}.updates + excluded.updates,"
-                f" deletes = {minute}.deletes + excluded.deletes",
-                [(s, t, m, i, u, d) for (s, t, m), (i, u, d) in sorted(self.minutes.items())],
-            )
+        # One statement each (not one per row): a batch's apply is a few round trips, whatever it touched.
+        upsert_rows(
+            f"INSERT INTO {usage} (schema_name, table_name, inserts, updates, deletes, start_inserts,"
+            " start_updates, start_deletes, last_change) VALUES",
+            [(s, t, i, u, d, i, u, d, last) for (s, t), (i, u, d, last) in sorted(self.tables.items())],
+            conflict=" ON CONFLICT (schema_name, table_name) DO UPDATE SET"
+            f" inserts = {usage}.inserts + excluded.inserts, updates = {usage}.updates + excluded.updates,"
+            f" deletes = {usage}.deletes + excluded.deletes,"
+            f" start_inserts = {usage}.start_inserts + excluded.start_inserts,"
+            f" start_updates = {usage}.start_updates + excluded.start_updates,"
+            f" start_deletes = {usage}.start_deletes + excluded.start_deletes,"
+            " last_change = excluded.last_change",
+        )
+        upsert_rows(
+            f"INSERT INTO {minute} (schema_name, table_name, minute, inserts, updates, deletes) VALUES",
+            [(s, t, m, i, u, d) for (s, t, m), (i, u, d) in sorted(self.minutes.items())],
+            conflict=" ON CONFLICT (schema_name, table_name, minute) DO UPDATE SET"
+            f" inserts = {minute}.inserts + excluded.inserts, updates = {minute}.updates + excluded.updates,"
+            f" deletes = {minute}.deletes + excluded.deletes",
+        )
 
 
 def reset_since_start() -> None:
