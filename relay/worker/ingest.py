@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Model, Value
+from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from binlog.changes import Transaction
+from binlog.position import Position
 from binlog.schemahistory import SchemaHistory
 from binlog.table import ColumnInfo, TableInfo
 from relay.models import (
@@ -41,6 +42,7 @@ from relay.store import rowcodec
 from relay.store.channels import QUEUE_CHANNEL
 from relay.store.filters import filter_version
 from relay.store.schemahistory import StoreHistory
+from relay.store.sql import table
 from relay.worker import bulk
 from relay.worker.filterindex import FilterIndex, FilterSpec
 from relay.worker.usage import UsageTally
@@ -197,10 +199,7 @@ class Ingestor:
         )
         if checkpoint and transactions:
             end = transactions[-1].position
-            position = {"binlog_file": end.file, "binlog_pos": end.pos, "gtid": end.gtid}
-            # A plain UPDATE once the row exists (every batch but a source's first): one statement, no SELECT.
-            if not Checkpoint.objects.filter(source=self.source).update(updated=timezone.now(), **position):
-                Checkpoint.objects.update_or_create(source=self.source, defaults=position)
+            write_checkpoint(self.source, end)
             if self.history is not None:
                 StoreHistory(self.source).save(self.history.take_pending(upto=end))
         if queued and connection.vendor == "postgresql":
@@ -251,8 +250,8 @@ class Ingestor:
         # Every client's acked seq and queue state in one query.
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT c.id, c.acked_seq, q.last_seq, q.max_queue FROM {table_name(Client)} c"
-                f" LEFT JOIN {table_name(QueueState)} q ON q.client_id = c.id ORDER BY c.id"
+                f"SELECT c.id, c.acked_seq, q.last_seq, q.max_queue FROM {table(Client)} c"
+                f" LEFT JOIN {table(QueueState)} q ON q.client_id = c.id ORDER BY c.id"
             )
             rows = cursor.fetchall()
         queues: dict[int, _Queue] = {}
@@ -345,11 +344,11 @@ class Ingestor:
             counts.update(tx.event_counts)
         if not counts:
             return
-        table = table_name(EventCount)
+        events = table(EventCount)
         bulk.upsert_rows(
-            f"INSERT INTO {table} (source, event_type, count) VALUES",
+            f"INSERT INTO {events} (source, event_type, count) VALUES",
             [(self.source, event_type, count) for event_type, count in sorted(counts.items())],
-            conflict=f"ON CONFLICT (source, event_type) DO UPDATE SET count = {table}.count + excluded.count",
+            conflict=f"ON CONFLICT (source, event_type) DO UPDATE SET count = {events}.count + excluded.count",
         )
 
     def _record_layouts(self, changes: Sequence) -> None:
@@ -390,29 +389,34 @@ def insert_change_rows(rows: Sequence[tuple]) -> None:
     bulk.insert_rows(Change._meta.db_table, CHANGE_COLUMNS, rows, kinds="issisiiiss")
 
 
-def table_name(model: type[Model]) -> str:
-    return connection.ops.quote_name(model._meta.db_table)
-
-
 def write_queue_states(states: Sequence[tuple[int, int, int, int]]) -> None:
     """(client, last seq, newly discarded, max queue) into each client's QueueState: one statement for them all."""
     if not states:
         return
-    table = table_name(QueueState)
+    queue_states = table(QueueState)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             values = ", ".join("(%s, %s, %s, %s)" for _ in states)
             cursor.execute(
-                f"UPDATE {table} AS q SET last_seq = v.last_seq, discarded = q.discarded + v.discarded,"
+                f"UPDATE {queue_states} AS q SET last_seq = v.last_seq, discarded = q.discarded + v.discarded,"
                 f" max_queue = v.max_queue FROM (VALUES {values}) AS v(client_id, last_seq, discarded, max_queue)"
                 " WHERE q.client_id = v.client_id",
                 [value for state in sorted(states) for value in state],
             )
         else:  # in process: no round trips to save
             cursor.executemany(
-                f"UPDATE {table} SET last_seq = %s, discarded = discarded + %s, max_queue = %s WHERE client_id = %s",
+                f"UPDATE {queue_states} SET last_seq = %s, discarded = discarded + %s, max_queue = %s"
+                " WHERE client_id = %s",
                 [(last, discarded, max_queue, client_id) for client_id, last, discarded, max_queue in states],
             )
+
+
+def write_checkpoint(source: str, position: Position) -> None:
+    """The source's checkpoint, in the caller's transaction: a plain UPDATE once the row exists (every batch but a
+    source's first), so no SELECT."""
+    fields = {"binlog_file": position.file, "binlog_pos": position.pos, "gtid": position.gtid}
+    if not Checkpoint.objects.filter(source=source).update(updated=timezone.now(), **fields):
+        Checkpoint.objects.update_or_create(source=source, defaults=fields)
 
 
 def entry_runs(client_id: int, entries: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:

@@ -47,7 +47,7 @@ from relay.store.schemahistory import open_history
 from relay.worker import usage
 from relay.worker.changelog import ChangeLog
 from relay.worker.handoff import Empty, RowBoundedHandoff
-from relay.worker.ingest import Ingestor
+from relay.worker.ingest import Ingestor, write_checkpoint
 from relay.worker.leader import LeaderLock
 from relay.worker.samples import Sampler
 
@@ -316,10 +316,7 @@ class Worker:
         return chosen
 
     def _store_start(self, position: Position, why: str) -> None:
-        Checkpoint.objects.update_or_create(
-            source=self.source,
-            defaults={"binlog_file": position.file, "binlog_pos": position.pos, "gtid": position.gtid},
-        )
+        write_checkpoint(self.source, position)
         log.info("start position %s (%s) stored as the checkpoint", position, why)
 
     def _source_position(self, should_stop: Callable[[], bool]) -> Position | None:
@@ -520,7 +517,8 @@ class Worker:
             progress["last_schema_problem"] = self._schema_problems[problems - 1]
             progress["last_schema_problem_at"] = timezone.now()
             progress["schema_problems"] = F("schema_problems") + problems
-            del self._schema_problems[:problems]
+            # Counted once the batch's transaction commits; a batch that rolls back leaves them for the next one.
+            transaction.on_commit(lambda: self._drop_problems(problems))
         return {
             "state": WorkerStatus.State.CONNECTED,
             "lag_seconds": getattr(stream, "lag_seconds", None),
@@ -529,6 +527,9 @@ class Worker:
             "source_pos": position.pos,
             **progress,
         }
+
+    def _drop_problems(self, count: int) -> None:
+        del self._schema_problems[:count]  # the reader thread only appends: the first ``count`` are the counted ones
 
     def _sample(self) -> None:
         if self._sampler.due():  # queue and lag history for the dashboard, once a minute

@@ -11,10 +11,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import connection
-
 from binlog.constants import KIND_ORDER
 from relay.models import TableUsage, UsageMinute
+from relay.store.sql import table
 from relay.worker.bulk import upsert_rows
 
 BUCKET_RETENTION_MINUTES = 2 * 24 * 60
@@ -28,16 +27,8 @@ class UsageTally:
         self.tables: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         self.minutes: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
 
-    def add(self, schema: str, table: str, kind: int, timestamp: int) -> None:
-        column = KIND_COLUMN[kind]
-        counts = self.tables[(schema, table)]
-        counts[column] += 1
-        if timestamp > counts[3]:
-            counts[3] = timestamp
-        self.minutes[(schema, table, timestamp - timestamp % 60)][column] += 1
-
     def add_many(self, schema: str, table: str, kind: int, timestamps: Sequence[int]) -> None:
-        """``add`` for several changes of one table and kind (a run of the batch's changes)."""
+        """Counts changes of one table and kind (a run of the batch's changes), by their source timestamps."""
         if not timestamps:
             return
         column = KIND_COLUMN[kind]
@@ -59,8 +50,8 @@ class UsageTally:
     def write(self) -> None:
         if not self.tables:
             return
-        usage = connection.ops.quote_name(TableUsage._meta.db_table)
-        minute = connection.ops.quote_name(UsageMinute._meta.db_table)
+        usage = table(TableUsage)
+        minute = table(UsageMinute)
         # One statement each (not one per row): a batch's apply is a few round trips, whatever it touched.
         upsert_rows(
             f"INSERT INTO {usage} (schema_name, table_name, inserts, updates, deletes, start_inserts,"
