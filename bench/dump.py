@@ -6,6 +6,7 @@
     .venv/bin/python bench/dump.py --files /tmp/dumpbench/*-bin.0* --start-position 4
     .venv/bin/python bench/dump.py --baseline HEAD          # also time the binlog/ package of a commit, same run
     .venv/bin/python bench/dump.py --rows 5000 --statement-rows 1   # a transaction a row: per-event costs
+    .venv/bin/python bench/dump.py --cold-bytecode          # compile binlog/ in every run of ours
 
 Without ``--files`` it starts a private MariaDB (``--binlog-row-metadata=FULL``), writes bench/decode.py's workload
 (a 21-column table of every common type, 10% NULL text) to its binlog and takes the closed files of that span. Each
@@ -15,12 +16,20 @@ median, the ratio ``mariadb-binlog CPU / ours CPU`` (1.0x: as fast as the server
 before and after.
 
 ``--baseline REV`` extracts ``binlog/`` of that commit (``git archive``, read-only) into a temporary directory and
-times its ``dump`` too, so a change is measured against its predecessor under the same load.
+times its ``dump`` too, so a change is measured against its predecessor under the same load; its output must be ours
+byte for byte.
+
+Our runs read their bytecode from a cache of their own (``PYTHONPYCACHEPREFIX`` in the temporary directory, written
+by the first, untimed run), as an installed package has its bytecode compiled once: the other binary is not
+compiled in its runs either. Where ``PYTHONDONTWRITEBYTECODE`` is set and the source tree has no ``__pycache__``,
+every run would otherwise compile the package first (about 0.05 CPU-s); ``--cold-bytecode`` measures that: the
+runs inherit the environment as it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import statistics
@@ -47,9 +56,10 @@ def run_once(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> t
     return usage.ru_utime + usage.ru_stime, wall
 
 
-def count_lines(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> int:
+def output_of(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """(lines, SHA-256) of a run's output."""
     out = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, check=True).stdout
-    return out.count(b"\n")
+    return out.count(b"\n"), hashlib.sha256(out).hexdigest()
 
 
 def _loadavg() -> str:
@@ -66,6 +76,7 @@ def main() -> None:
     parser.add_argument("--start-position", type=int, default=4, help="with --files: start of the first file")
     parser.add_argument("--save", type=Path, help="copy the workload's binlog files into this directory")
     parser.add_argument("--baseline", metavar="REV", help="also time binlog/ as of this commit")
+    parser.add_argument("--cold-bytecode", action="store_true", help="no bytecode cache: compile in every run")
     args = parser.parse_args()
 
     server = None
@@ -95,9 +106,16 @@ def main() -> None:
         flags = ["--json"] if args.json else []
         dump = [sys.executable, "-m", "binlog", "dump", *flags, "--start-position", str(pos), *names]
         ours = "python -m binlog dump" + (" --json" if args.json else "")
+
+        def python_env(name: str, **extra: str) -> dict[str, str] | None:
+            if args.cold_bytecode:
+                return dict(os.environ, **extra) if extra else None
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            return dict(env, PYTHONPYCACHEPREFIX=str(base / "bytecode" / name), **extra)
+
         commands: dict[str, tuple[list[str], Path, dict[str, str] | None]] = {
             "mariadb-binlog -v": ([tool, "-v", f"--start-position={pos}", *names], ROOT, None),
-            ours: (dump, ROOT, None),
+            ours: (dump, ROOT, python_env("ours")),
         }
         if args.baseline:
             old = base / "baseline"
@@ -105,16 +123,17 @@ def main() -> None:
             archive = subprocess.run(["git", "archive", args.baseline, "binlog"], cwd=ROOT, capture_output=True,
                                      check=True).stdout  # fmt: skip
             subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
-            env = dict(os.environ, PYTHONPATH=str(old))
-            commands[f"dump as of {args.baseline}"] = (dump, old, env)
+            commands[f"dump as of {args.baseline}"] = (dump, old, python_env("baseline", PYTHONPATH=str(old)))
 
-        rows = count_lines(*commands[ours])
+        rows, digest = output_of(*commands[ours])  # also writes the bytecode caches the timed runs read
         for name, (argv, cwd, env) in commands.items():
-            if name.startswith("dump as of") and count_lines(argv, cwd, env) != rows:
-                raise SystemExit(f"{name}: a different number of lines than {ours}")
+            if name.startswith("dump as of") and output_of(argv, cwd, env) != (rows, digest):
+                raise SystemExit(f"{name}: an output other than {ours}'s")
         size = sum(f.stat().st_size for f in files)
         print(f"{rows:,} row changes, {len(files)} binlog file(s), {size / 1e6:.1f} MB; {args.runs} runs of each, "
               f"interleaved; load average before: {_loadavg()}")  # fmt: skip
+        print("python bytecode: " + ("as the environment has it (compiled in every run without a cache)"
+                                     if args.cold_bytecode else "cached by the first run, as installed"))  # fmt: skip
 
         cpu: dict[str, list[float]] = {name: [] for name in commands}
         wall: dict[str, list[float]] = {name: [] for name in commands}

@@ -2,7 +2,10 @@
 
 Measures, against ``manage.py runrelay`` in its own process and a fresh store:
 
-1. legacy POLL round trips per second, one client (target >= 5,000/s);
+1. legacy POLL round trips per second, one client, against a reference measured in the same run: a blocking
+   plain-socket server in its own process that answers each 32-byte request with a frame of the POLL reply's size,
+   driven by the same client loop (target >= 0.25x the reference). Runs of the two alternate, so the machine's load
+   weighs on both; the relay's CPU time per POLL (user + system, every thread of its process) is printed too;
 2. events per second with FETCH batches of 500, auto-ack, one client and 50 concurrent clients (target >= 50,000/s);
 3. commit-to-client latency, p50 and p99, of a long-polling FETCH client under a steady 1,000 rows/s
    (target p99 < 100 ms). With the binlog stream available this is end to end: rows inserted on a private MariaDB,
@@ -34,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from clientproto import (  # noqa: E402 - after the path set-up
     REPLY_HEADER_SIZE,
+    REQUEST_HEADER_SIZE,
     Command,
     Result,
     decode_fetch_reply,
@@ -46,7 +50,7 @@ from clientproto import (  # noqa: E402 - after the path set-up
 
 SECRET = "bench-secret"
 ROW = {"id": "0", "customer": "ACME Corporation", "amount": "1234.50", "status": "paid", "note": None, "at": "x"}
-TARGETS = {"poll": 5_000, "fetch": 50_000, "p99_ms": 100}
+TARGETS = {"poll_ratio": 0.25, "fetch": 50_000, "p99_ms": 100}
 
 
 # -- store and processes ------------------------------------------------------------------------------------------
@@ -197,20 +201,78 @@ async def fetch_client(port: int, name: str, expected: int) -> int:
 # -- the measures -------------------------------------------------------------------------------------------------
 
 
-def bench_poll(port: int, runs: int, per_run: int) -> list[float]:
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def reference_server(reply: bytes) -> None:
+    """The reference (``--reference-server``): blocking, one connection, the same reply to every 32-byte request.
+    Prints its port, then serves the first connection until it closes."""
+    request_size = REQUEST_HEADER_SIZE  # a POLL request is its header alone
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        print(listener.getsockname()[1], flush=True)
+        conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with conn:
+        while True:
+            buf = b""
+            while len(buf) < request_size:
+                chunk = conn.recv(request_size - len(buf))
+                if not chunk:
+                    return
+                buf += chunk
+            conn.sendall(reply)
+
+
+def start_reference(reply: bytes) -> tuple[subprocess.Popen[bytes], int]:
+    process = subprocess.Popen([sys.executable, __file__, "--reference-server", reply.hex()], stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line:
+        raise SystemExit("the reference server did not start")
+    return process, int(line)
+
+
+def poll_loop(client: Client, count: int) -> float:
+    """Round trips per second of ``count`` POLLs (or requests to the reference) answered with an event."""
+    request = client.request
+    started = time.perf_counter()
+    for _ in range(count):
+        result, _ = request(Command.POLL)
+        assert result == Result.OK, result
+    return count / (time.perf_counter() - started)
+
+
+def bench_poll(port: int, relay_pid: int, runs: int, per_run: int) -> tuple[list[float], list[float], list[float]]:
+    """(relay POLLs/s, reference round trips/s, relay CPU microseconds per POLL) per run, the two alternating."""
     from relay.models import Client as ClientRow
 
     client = Client(port, "bench-poll")
-    fill([client.client_id], per_run * runs)
+    fill([client.client_id], per_run * runs + 1)
     assert ClientRow.objects.filter(id=client.client_id).exists()
-    rates = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        for _ in range(per_run):
-            result, _ = client.request(Command.POLL)
-            assert result == Result.OK, result
-        rates.append(per_run / (time.perf_counter() - started))
-    return rates
+    # The reference answers with a frame of the size of a real POLL reply of these rows.
+    client.sock.sendall(encode_request(Command.POLL, client_id=client.client_id, token=client.token))
+    head = client._recv(REPLY_HEADER_SIZE)
+    reply = head + client._recv(struct.unpack_from("<I", head, 1)[0])
+    reference, reference_port = start_reference(reply)
+    try:
+        echo = Client.__new__(Client)
+        echo.sock = socket.create_connection(("127.0.0.1", reference_port))
+        echo.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        echo.client_id, echo.token = client.client_id, client.token
+        rates, references, cpu = [], [], []
+        for _ in range(runs):
+            references.append(poll_loop(echo, per_run))
+            before = process_cpu(relay_pid)
+            rates.append(poll_loop(client, per_run))
+            cpu.append((process_cpu(relay_pid) - before) / per_run * 1e6)
+        echo.sock.close()
+    finally:
+        reference.terminate()
+        reference.wait(10)
+    return rates, references, cpu
 
 
 def bench_fetch(port: int, clients: int, runs: int, per_client: int) -> list[float]:
@@ -364,6 +426,39 @@ def bench_latency_binlog(port: int, env: dict[str, str], workdir: Path, seconds:
         source.destroy()
 
 
+def bench_latency(
+    port: int, env: dict[str, str], workdir: Path, synthetic: bool, seconds: float
+) -> list[tuple[str, str, str]]:
+    try:
+        from binlog import BinlogStream  # noqa: F401
+
+        binlog_ready = True
+    except ImportError:
+        binlog_ready = False
+    # The throughput runs leave a few hundred thousand consumed entries: the worker's garbage collector would
+    # spend the latency run deleting them (measured: p50 ~30 -> ~130 ms, p99 ~70 -> ~430 ms). That backlog is
+    # not a steady 1,000 rows/s, so it is collected first (bench/latency.py --backlog measures it).
+    from relay import store
+
+    started = time.perf_counter()
+    entries, changes = store.collect_garbage()
+    print(
+        f"collected the throughput runs' backlog first: {entries:,} entries, {changes:,} changes"
+        f" in {time.perf_counter() - started:.1f}s",
+        flush=True,
+    )
+    if synthetic or not binlog_ready:
+        how = "synthetic commits (worker-like, every 10 ms)"
+        p50, p99, lost = bench_latency_synthetic(port, seconds)
+    else:
+        how = "MariaDB -> runbinlog --batch-ms 10 -> runrelay"
+        p50, p99, lost = bench_latency_binlog(port, env, workdir, seconds)
+    return [
+        (f"commit-to-client p50 ms, 1,000 rows/s, {how}", f"{p50:.1f}", ""),
+        (f"commit-to-client p99 ms ({lost} rows not received)", f"{p99:.1f}", f"< {TARGETS['p99_ms']}"),
+    ]
+
+
 # -- main ---------------------------------------------------------------------------------------------------------
 
 
@@ -373,7 +468,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--synthetic", action="store_true", help="latency without MariaDB and the worker")
     parser.add_argument("--latency-seconds", type=float, default=10)
+    parser.add_argument("--polls", type=int, default=20_000, help="POLL round trips per run (default 20,000)")
+    parser.add_argument("--poll-only", action="store_true", help="measure POLL against its reference only")
+    parser.add_argument("--reference-server", metavar="REPLY_HEX", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.reference_server:
+        reference_server(bytes.fromhex(args.reference_server))
+        return 0
 
     workdir = Path(tempfile.mkdtemp(prefix="relay-bench-"))
     url, drop = prepare_store(args.store, workdir)
@@ -398,10 +499,22 @@ def main() -> int:
     results: list[tuple[str, str, str]] = []
     try:
         wait_port(port, relay, log)
-        poll = bench_poll(port, args.runs, 5_000)
-        results.append(("POLL round trips/s, 1 client", f"{statistics.median(poll):,.0f}", f">= {TARGETS['poll']:,}"))
-        print(results[-1], flush=True)
-        for clients, per_client in ((1, 50_000), (50, 2_000)):
+        load = os.getloadavg()[0]
+        poll, reference, cpu = bench_poll(port, relay.pid, args.runs, args.polls)
+        ratio = statistics.median(poll) / statistics.median(reference)
+        results.append(("POLL round trips/s, 1 client", f"{statistics.median(poll):,.0f}", ""))
+        results.append(("reference round trips/s (blocking socket server)", f"{statistics.median(reference):,.0f}", ""))
+        results.append(("POLL / reference", f"{ratio:.3f}x", f">= {TARGETS['poll_ratio']}x"))
+        results.append(("relay CPU per POLL, microseconds", f"{statistics.median(cpu):.1f}", ""))
+        for line in results:
+            print(line, flush=True)
+        print(
+            f"  runs: POLL {', '.join(f'{r:,.0f}' for r in poll)};"
+            f" reference {', '.join(f'{r:,.0f}' for r in reference)};"
+            f" CPU/POLL {', '.join(f'{c:.1f}' for c in cpu)} us; load {load:.2f} -> {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+        for clients, per_client in () if args.poll_only else ((1, 50_000), (50, 2_000)):
             rates = bench_fetch(port, clients, args.runs, per_client)
             results.append(
                 (
@@ -411,32 +524,8 @@ def main() -> int:
                 )
             )
             print(results[-1], flush=True)
-        try:
-            from binlog import BinlogStream  # noqa: F401
-
-            binlog_ready = True
-        except ImportError:
-            binlog_ready = False
-        # The throughput runs leave a few hundred thousand consumed entries: the worker's garbage collector would
-        # spend the latency run deleting them (measured: p50 ~30 -> ~130 ms, p99 ~70 -> ~430 ms). That backlog is
-        # not a steady 1,000 rows/s, so it is collected first (bench/latency.py --backlog measures it).
-        from relay import store
-
-        started = time.perf_counter()
-        entries, changes = store.collect_garbage()
-        print(
-            f"collected the throughput runs' backlog first: {entries:,} entries, {changes:,} changes"
-            f" in {time.perf_counter() - started:.1f}s",
-            flush=True,
-        )
-        if args.synthetic or not binlog_ready:
-            how = "synthetic commits (worker-like, every 10 ms)"
-            p50, p99, lost = bench_latency_synthetic(port, args.latency_seconds)
-        else:
-            how = "MariaDB -> runbinlog --batch-ms 10 -> runrelay"
-            p50, p99, lost = bench_latency_binlog(port, env, workdir, args.latency_seconds)
-        results.append((f"commit-to-client p50 ms, 1,000 rows/s, {how}", f"{p50:.1f}", ""))
-        results.append((f"commit-to-client p99 ms ({lost} rows not received)", f"{p99:.1f}", f"< {TARGETS['p99_ms']}"))
+        if not args.poll_only:
+            results += bench_latency(port, env, workdir, args.synthetic, args.latency_seconds)
     finally:
         relay.terminate()
         relay.wait(30)

@@ -75,6 +75,13 @@ KIND_NAMES = {KIND_INSERT: "insert", KIND_UPDATE: "update", KIND_DELETE: "delete
 KIND_LETTERS = {KIND_INSERT: "I", KIND_UPDATE: "U", KIND_DELETE: "D"}
 #: The kinds in the order that counts of inserts, updates and deletes are listed everywhere.
 KIND_ORDER = (KIND_INSERT, KIND_UPDATE, KIND_DELETE)
+# Kinds of the relay's own, never read from a binlog: a snapshot's rows (the current row of a table, delivered as an
+# INSERT to legacy clients) and the markers around one table's snapshot (FETCH clients only; POLL skips them).
+KIND_SNAPSHOT_ROW = 8
+KIND_SNAPSHOT_START = 16
+KIND_SNAPSHOT_END = 32
+SNAPSHOT_KINDS = frozenset({KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START, KIND_SNAPSHOT_END})
+SNAPSHOT_MARKERS = frozenset({KIND_SNAPSHOT_START, KIND_SNAPSHOT_END})
 
 WRITE_ROWS_EVENTS = frozenset(
     {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 ZERO_DATE = "0000-00-00"
@@ -252,31 +252,77 @@ def _ymd_text(ymd: int) -> str:
 
 
 def whole_time2_text(value: int) -> str:
-    """TIME2 without fraction: the 3-byte value with its offset removed (negative for negative times). Not memoised:
-    times of day come from ``DATETIME2_TIME`` and longer or negative durations seldom repeat."""
-    if 0 <= value < 24 << 12:
-        return DATETIME2_TIME[value]
-    if value < 0:
-        value = -value
-        return "-%02d:%s" % (value >> 12 & 0x3FF, MINUTES_SECONDS[value & 0xFFF])  # noqa: UP031 - the fastest
-    return "%02d:%s" % (value >> 12 & 0x3FF, MINUTES_SECONDS[value & 0xFFF])  # noqa: UP031
+    """TIME2 without fraction: the 3-byte value with its offset removed (negative for negative times): "hh:mm:ss"
+    (more hours than 24 print as they are), "" for a time of day whose minute or second is out of range (as
+    ``DATETIME2_TIME`` has it). Not memoised: longer or negative durations seldom repeat."""
+    if value >= 0:
+        if value < 24 << 12 and (value & 63 >= 60 or value >> 6 & 63 >= 60):
+            return ""
+        return "%02d:%s" % (value >> 12 & 0x3FF, MINUTES_SECONDS[value & 0xFFF])  # noqa: UP031 - the fastest
+    value = -value
+    return "-%02d:%s" % (value >> 12 & 0x3FF, MINUTES_SECONDS[value & 0xFFF])  # noqa: UP031
 
 
-# "mm:ss" by minute << 6 | second, the low 12 bits of a TIME2 value (out-of-range fields print as they are).
-MINUTES_SECONDS = tuple(f"{minute:02d}:{second:02d}" for minute in range(64) for second in range(64))
+class Table(dict[int, str]):
+    """Texts by a small integer, built whole on first use: ``table[i]`` costs one lookup, and a process that never
+    reads the table (``python -m binlog dump``, whose text decoders have clock tables of their own, or a binlog
+    without such columns) never pays for building it (tens of milliseconds for the time-of-day tables).
+
+    The row decoders take the table object when they are generated, so it has to exist from the start; a dict that
+    fills itself on its first miss reads nearly as fast as a tuple. An index out of range raises IndexError, as a
+    tuple's would.
+    """
+
+    __slots__ = ("build",)
+
+    def __init__(self, build: Callable[[], Iterable[str]]) -> None:
+        super().__init__()
+        self.build = build
+
+    def __missing__(self, key: int) -> str:
+        if not self:
+            self.update(enumerate(self.build()))
+            if key in self:
+                return self[key]
+        raise IndexError(key)
+
+
+# Two digits by number, 0..63: the fields of clock texts (out-of-range minutes and seconds print as they are).
+_TWO_DIGITS = tuple(f"{i:02d}" for i in range(64))
+# "mm:ss" by minute << 6 | second, the low 12 bits of a TIME2 value.
+MINUTES_SECONDS = tuple([minute + ":" + second for minute in _TWO_DIGITS for second in _TWO_DIGITS])
+# "hh:mm:" by hour << 6 | minute, the high bits of a DATETIME2 time of day.
+_HOURS_MINUTES = tuple([hour + ":" + minute + ":" for hour in _TWO_DIGITS[:24] for minute in _TWO_DIGITS])
 DATE_TEXT: Memo[bytes] = Memo(lambda raw: date_text(raw[0] | raw[1] << 8 | raw[2] << 16))  # by the 3 stored bytes
 DATETIME2_DATE = Memo(_ymd_text)
 
 DAY_TEXT: Memo[int] = Memo(lambda day: date_of_unix_day(day) + " ")
-SECONDS_OF_DAY = tuple(  # every time of day: TIMESTAMP values rarely repeat to the second, so a memo would miss
-    f"{h:02d}:{m:02d}:{sec:02d}" for h in range(24) for m in range(60) for sec in range(60)
-)
-DATETIME2_TIME = tuple(  # hour << 12 | minute << 6 | second → "hh:mm:ss" (the same strings), "" in the holes
-    SECONDS_OF_DAY[(hms >> 12) * 3600 + ((hms >> 6) & 63) * 60 + (hms & 63)]
-    if (hms >> 6) & 63 < 60 and hms & 63 < 60
-    else ""
-    for hms in range(24 << 12)
-)
+
+
+def _seconds_of_day() -> list[str]:
+    """Every "hh:mm:ss" of a day, by second of the day (joined from the clock fields: formatting each of them would
+    take ten times as long)."""
+    seconds = _TWO_DIGITS[:60]
+    return [start + second for index, start in enumerate(_HOURS_MINUTES) if index & 63 < 60 for second in seconds]
+
+
+def _datetime2_times() -> list[str]:
+    """hour << 12 | minute << 6 | second → "hh:mm:ss", "" where the minute or the second is 60 or more."""
+    seconds, holes = _TWO_DIGITS[:60], [""] * 4
+    texts: list[str] = []
+    for index, start in enumerate(_HOURS_MINUTES):
+        if index & 63 < 60:
+            texts += [start + second for second in seconds]
+            texts += holes
+        else:
+            texts += [""] * 64
+    return texts
+
+
+# Every time of day, by second of the day: TIMESTAMP values rarely repeat to the second, so a memo would miss.
+SECONDS_OF_DAY = Table(_seconds_of_day)
+# The same texts by DATETIME2's and TIME2's hour << 12 | minute << 6 | second, "" in the holes.
+DATETIME2_TIME = Table(_datetime2_times)
 
 
 # ".d", ".dd", ".ddd" by microseconds // 10 ** (6 - fsp): at most 1,000 texts each.
@@ -284,15 +330,14 @@ _SHORT_FRACTIONS = {fsp: tuple("." + f"{i:0{fsp}d}" for i in range(10**fsp)) for
 
 
 def _datetime2_from_bytes(raw: bytes, fsp: int) -> str:
-    """A whole DATETIME2 from its stored bytes, from the date memo and the time-of-day table (each value that misses
+    """A whole DATETIME2 from its stored bytes, from the date memo and the clock tables (each value that misses
     ``DATETIME2_BYTES`` goes through here, and with fractions most values miss)."""
     packed = int.from_bytes(raw[:5], "big") - 0x8000000000
     hms = packed & 0x1FFFF
-    clock = DATETIME2_TIME[hms] if packed >= 0 and hms < 24 << 12 else ""
     usec = frac_usec(raw, 5, fsp) if fsp else 0
-    if not clock:  # fields out of range (never written by a server): printed as they are
-        return datetime2_text(packed, usec, fsp)
-    text = DATETIME2_DATE[packed >> 17] + clock
+    if packed < 0 or hms >= 24 << 12 or hms & 63 >= 60 or hms >> 6 & 63 >= 60:
+        return datetime2_text(packed, usec, fsp)  # fields out of range (never written by a server): as they are
+    text = DATETIME2_DATE[packed >> 17] + _HOURS_MINUTES[hms >> 6] + _TWO_DIGITS[hms & 63]
     if not fsp:
         return text
     if fsp <= 3:

@@ -23,7 +23,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from .auth import server_key
 from .constants import (
@@ -34,6 +34,7 @@ from .constants import (
     Command,
     EventType,
     Result,
+    SnapshotAction,
     type_mask,
 )
 from .errors import (
@@ -47,14 +48,17 @@ from .errors import (
 )
 from .extensions import (
     AckReply,
+    SnapshotItem,
     Status,
     decode_ack_reply,
     decode_fetch_reply,
     decode_removefilter_reply,
+    decode_snapshot_reply,
     decode_status_reply,
     encode_ack,
     encode_fetch,
     encode_removefilter,
+    encode_snapshot,
 )
 from .header import decode_reply_header, encode_request, verify_reply
 from .payloads import (
@@ -70,6 +74,8 @@ from .records import ABSENT, Column, Event
 log = logging.getLogger(__name__)
 
 FilterKey = tuple[int, str, str]
+#: A table as the snapshot methods take it: ``"schema.table"`` (split at the first dot) or ``(schema, table)``.
+TableRef = str | tuple[str, str]
 
 #: Largest single recv: a big reply is read in pieces of this size, so memory follows the bytes that arrived rather
 #: than the PayloadSize a header announced.
@@ -96,6 +102,16 @@ def legacy_event(reply: PollEvent) -> Event:
         timestamp=reply.position >> 32,
         columns=columns,
     )
+
+
+def table_name(table: TableRef) -> tuple[str, str]:
+    """``"schema.table"`` or ``(schema, table)`` as (schema, table)."""
+    if isinstance(table, tuple):
+        return table
+    schema, dot, name = table.partition(".")
+    if not dot or not schema or not name:
+        raise ValueError(f"table {table!r}: expected SCHEMA.TABLE")
+    return schema, name
 
 
 class RelayClient:
@@ -314,6 +330,32 @@ class RelayClient:
         result, payload = self._call(Command.STATUS, b"")
         self._check(result, payload, "STATUS")
         return decode_status_reply(payload)
+
+    def snapshot(self, tables: Iterable[TableRef], where: str = "") -> list[SnapshotItem]:
+        """Ask for the current rows of ``tables`` (those meeting ``where``, an SQL condition, when given).
+
+        The rows come in this client's queue as INSERT events with ``snapshot`` set, in order with the changes, between
+        a SNAPSHOT_START and a SNAPSHOT_END marker per table (FETCH only; POLL gets the rows, never the markers). Each
+        table needs a filter of this client that covers its inserts. Asking again for a table whose snapshot is under
+        way returns that snapshot. Returns one item per table, in order; a refusal raises RelayError (result 0xFA)
+        with the relay's reason, and asks for nothing.
+        """
+        return self._snapshot(SnapshotAction.START, tables, where)
+
+    def cancel_snapshot(self, tables: Iterable[TableRef]) -> list[SnapshotItem]:
+        """Cancel the snapshots of ``tables`` still under way (rows already queued stay queued; the end marker says
+        "cancelled"). Returns each table's newest snapshot after it; idempotent."""
+        return self._snapshot(SnapshotAction.CANCEL, tables)
+
+    def snapshot_status(self, tables: Iterable[TableRef]) -> list[SnapshotItem]:
+        """Each table's newest snapshot: its state and rows queued so far (state NONE, id 0, when there is none)."""
+        return self._snapshot(SnapshotAction.STATUS, tables)
+
+    def _snapshot(self, action: SnapshotAction, tables: Iterable[TableRef], where: str = "") -> list[SnapshotItem]:
+        pairs = [table_name(table) for table in tables]
+        result, payload = self._call(Command.SNAPSHOT, encode_snapshot(action, pairs, where))
+        self._check(result, payload, f"SNAPSHOT {action.name}")
+        return decode_snapshot_reply(payload)
 
     def events(
         self, batch: int = 500, wait_ms: int = 1000, manual_ack: bool = True, *, stop_when_idle: bool = False

@@ -20,15 +20,19 @@ from .errors import BadChecksum, ProtocolError, UnknownCommand
 from .extensions import (
     AckRequest,
     FetchRequest,
+    SnapshotItem,
+    SnapshotRequest,
     Status,
     StatusRequest,
     decode_ack,
     decode_fetch,
     decode_removefilter,
+    decode_snapshot,
     decode_status,
     encode_ack_reply,
     encode_fetch_reply,
     encode_removefilter_reply,
+    encode_snapshot_reply,
     encode_status_reply,
 )
 from .header import encode_reply, encode_reply_parts
@@ -59,6 +63,7 @@ Request = (
     | AckRequest
     | FilterIdentity
     | StatusRequest
+    | SnapshotRequest
 )
 
 DECODERS: dict[int, Callable[[bytes], Request]] = {
@@ -71,6 +76,7 @@ DECODERS: dict[int, Callable[[bytes], Request]] = {
     Command.ACK: decode_ack,
     Command.REMOVEFILTER: decode_removefilter,
     Command.STATUS: decode_status,
+    Command.SNAPSHOT: decode_snapshot,
 }
 
 #: Commands a connection may send without (or regardless of) a session: the original clients PING with whatever
@@ -153,3 +159,7 @@ def removefilter_reply(removed: bool) -> bytes:
 
 def status_reply(status: Status) -> bytes:
     return encode_reply(Result.OK, encode_status_reply(status))
+
+
+def snapshot_reply(items: Sequence[SnapshotItem]) -> bytes:
+    return encode_reply(Result.OK, encode_snapshot_reply(items))

@@ -49,6 +49,7 @@ class Command(IntEnum):
     ACK = 0x11
     REMOVEFILTER = 0x12
     STATUS = 0x13
+    SNAPSHOT = 0x14
 
 
 class Result(IntEnum):
@@ -83,6 +84,53 @@ class EventType(IntFlag):
 
 #: A plain int, not a flag: ``~ALL_EVENT_TYPES`` must be the bits outside the three (IntFlag would invert within them).
 ALL_EVENT_TYPES = int(EventType.INSERT | EventType.UPDATE | EventType.DELETE)
+
+
+class RecordType(IntEnum):
+    """The EventType byte of a FETCH record: a row change's type (EventType's values), or a marker around one
+    table's snapshot. Markers are never filter bits (EventType stays the filter mask) and never reach POLL/POLLV2."""
+
+    INSERT = 0x01
+    UPDATE = 0x02
+    DELETE = 0x04
+    SNAPSHOT_START = 0x10
+    SNAPSHOT_END = 0x20
+
+
+#: The record types that are snapshot markers.
+MARKER_TYPES = frozenset({RecordType.SNAPSHOT_START, RecordType.SNAPSHOT_END})
+
+
+class RecordFlags(IntFlag):
+    """The optional ``u8 RecordFlags`` after a FETCH record's columns; absent (the record ends after its columns)
+    when no bit is set, so an ordinary row change is the same bytes as before snapshots existed."""
+
+    #: A snapshot's row (EventType INSERT: the row as the table held it), or a snapshot marker.
+    SNAPSHOT = 0x01
+
+
+class SnapshotAction(IntEnum):
+    """SNAPSHOT's first byte."""
+
+    START = 0x00
+    CANCEL = 0x01
+    STATUS = 0x02
+
+
+class SnapshotState(IntEnum):
+    """A snapshot's state in SNAPSHOT replies."""
+
+    PENDING = 0
+    RUNNING = 1
+    DONE = 2
+    CANCELLED = 3
+    FAILED = 4
+    #: CANCEL or STATUS of a table the client never asked a snapshot of (SnapshotId 0).
+    NONE = 0xFF
+
+
+#: RowsTotal of a SNAPSHOT reply item when the table's size is not known (yet).
+UNKNOWN_ROWS = 0xFFFF_FFFF_FFFF_FFFF
 
 
 class DiscardPolicy(IntEnum):

@@ -1,4 +1,4 @@
-"""Payloads of the commands this relay adds: FETCH, ACK, REMOVEFILTER and STATUS.
+"""Payloads of the commands this relay adds: FETCH, ACK, REMOVEFILTER, STATUS and SNAPSHOT.
 
 They follow the original's conventions (little-endian integers, lstrings, result codes) so that a PHP client can
 parse them with ``unpack("V")``/``unpack("P")`` and the same string reader it already has. FETCH records are in
@@ -11,7 +11,14 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .constants import MAX_FETCH_EVENTS, MAX_WAIT_MS, FetchFlags
+from .constants import (
+    MAX_FETCH_EVENTS,
+    MAX_WAIT_MS,
+    UNKNOWN_ROWS,
+    FetchFlags,
+    SnapshotAction,
+    SnapshotState,
+)
 from .payloads import FilterIdentity, check_types, encode_filter_names, read_filter_names
 from .records import Event, decode_record
 from .wire import U32, U64, Reader, name_lstring, text_lstring
@@ -23,6 +30,9 @@ _ACK_REPLY = struct.Struct("<QQ")
 _STATUS_COUNTERS = struct.Struct("<QQQQQQQ")
 _STATUS_FILTER = struct.Struct("<BBi")
 _KNOWN_FETCH_FLAGS = int(FetchFlags.MANUAL_ACK)
+_SNAPSHOT_HEAD = struct.Struct("<BI")
+#: A SNAPSHOT reply item: SnapshotId, State, RowsDone, RowsTotal.
+_SNAPSHOT_ITEM = struct.Struct("<QBQQ")
 
 
 # --------------------------------------------------------------------------------------------------------- FETCH
@@ -254,3 +264,97 @@ def decode_status_reply(payload: bytes) -> Status:
         binlog_pos,
         filters,
     )
+
+
+# ------------------------------------------------------------------------------------------------------ SNAPSHOT
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    #: SnapshotAction: START, CANCEL or STATUS.
+    action: int
+    #: (schema, table) pairs, in the order of the reply's items.
+    tables: tuple[tuple[str, str], ...]
+    #: START: the SQL condition the rows must meet ("" for every row); always "" for CANCEL and STATUS.
+    where: str = ""
+
+
+def encode_snapshot(action: int, tables: Sequence[tuple[str, str]], where: str = "") -> bytes:
+    """SNAPSHOT payload: u8 Action, u32 TableCount, TableCount x (lstring Schema, lstring Table), lstring Where."""
+    parts = [_SNAPSHOT_HEAD.pack(action, len(tables))]
+    parts.extend(encode_filter_names(schema, table) for schema, table in tables)
+    parts.append(text_lstring(where))
+    return b"".join(parts)
+
+
+def decode_snapshot(payload: bytes) -> SnapshotRequest:
+    reader = Reader(payload, "SNAPSHOT")
+    action, count = reader.unpack(_SNAPSHOT_HEAD, "Action/TableCount")
+    if action not in SnapshotAction._value2member_map_:
+        raise reader.fail(f"Action 0x{action:02x} at offset 0 is not 0x00 START, 0x01 CANCEL or 0x02 STATUS")
+    # Each table takes at least two lstrings (10 bytes), and Where one (5): refuse absurd counts before looping.
+    if not count or count * 10 > reader.remaining() - 5:
+        raise reader.fail(f"TableCount {count} at offset 1 is 0 or cannot fit in the {reader.remaining()} bytes left")
+    tables = []
+    for i in range(count):
+        for what in ("Schema", "Table"):
+            at = reader.offset
+            name = reader.text(f"table {i} {what}")
+            if not name:
+                raise reader.fail(f"table {i} {what} at offset {at} is empty")
+            tables.append(name)
+    where_at = reader.offset
+    where = reader.text("Where", None)
+    reader.end()
+    if where and action != SnapshotAction.START:
+        raise reader.fail(f"Where at offset {where_at} must be empty for {SnapshotAction(action).name}")
+    pairs = tuple(zip(tables[::2], tables[1::2], strict=True))
+    return SnapshotRequest(action, pairs, where)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotItem:
+    """One table's snapshot in a SNAPSHOT reply (the items follow the request's tables)."""
+
+    #: 0 when the client never asked a snapshot of the table (state NONE).
+    snapshot_id: int
+    #: SnapshotState.
+    state: int
+    #: Rows queued so far.
+    rows_done: int = 0
+    #: The table's estimated row count (an estimate: rows_done may pass it); None when not known yet.
+    rows_total: int | None = None
+
+    @property
+    def state_name(self) -> str:
+        try:
+            return SnapshotState(self.state).name.lower()
+        except ValueError:
+            return f"0x{self.state:02x}"
+
+    @property
+    def active(self) -> bool:
+        """Pending or running: its rows are still to come."""
+        return self.state in (SnapshotState.PENDING, SnapshotState.RUNNING)
+
+
+def encode_snapshot_reply(items: Sequence[SnapshotItem]) -> bytes:
+    """SNAPSHOT reply payload: u32 Count, then per table u64 SnapshotId, u8 State, u64 RowsDone, u64 RowsTotal
+    (2^64 - 1: not known)."""
+    parts = [U32.pack(len(items))]
+    for item in items:
+        total = UNKNOWN_ROWS if item.rows_total is None else item.rows_total
+        parts.append(_SNAPSHOT_ITEM.pack(item.snapshot_id, item.state, item.rows_done, total))
+    return b"".join(parts)
+
+
+def decode_snapshot_reply(payload: bytes) -> list[SnapshotItem]:
+    reader = Reader(payload, "SNAPSHOT reply")
+    count = reader.u32("Count")
+    if count * _SNAPSHOT_ITEM.size != reader.remaining():
+        raise reader.fail(f"Count {count} at offset 0 does not match the {reader.remaining()} bytes left")
+    items = []
+    for i in range(count):
+        snapshot_id, state, rows_done, total = reader.unpack(_SNAPSHOT_ITEM, f"item {i}")
+        items.append(SnapshotItem(snapshot_id, state, rows_done, None if total == UNKNOWN_ROWS else total))
+    return items

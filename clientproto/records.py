@@ -4,7 +4,7 @@ Layout (little-endian; lstring = u32 len n+1, n bytes, 0x00)::
 
     u32     RecordSize    bytes of the record after this field (a reader skips fields it does not know)
     u64     Seq           per-client sequence number, strictly increasing, the unit of ACK
-    u8      EventType     0x01 INSERT, 0x02 UPDATE, 0x04 DELETE
+    u8      EventType     0x01 INSERT, 0x02 UPDATE, 0x04 DELETE; 0x10 SNAPSHOT_START, 0x20 SNAPSHOT_END (markers)
     u32     Timestamp     the binlog event's timestamp (Unix seconds, UTC)
     u64     Position      end position of the rows event in File (the binlog's log_pos)
     u32     Row           index of the row inside the rows event, from 0
@@ -18,9 +18,13 @@ Layout (little-endian; lstring = u32 len n+1, n bytes, 0x00)::
         u8      Flags     0x01 before NULL, 0x02 after NULL, 0x04 before absent, 0x08 after absent
         lstring Before    only when Flags has neither 0x01 nor 0x04
         lstring After     only when Flags has neither 0x02 nor 0x08
+    u8      RecordFlags   0x01 SNAPSHOT; only when non-zero: a record whose columns end at RecordSize has none
 
 A NULL or absent value carries no bytes at all, so NULL is distinct from the text 'NULL' and from ''. "Absent" is
 the image an event does not have (before for INSERT, after for DELETE) or a column a partial row image left out.
+
+A snapshot's row is an INSERT with RecordFlags SNAPSHOT. A marker (SNAPSHOT_START, SNAPSHOT_END, with RecordFlags
+SNAPSHOT) brackets one table's snapshot; its after image describes it (:meth:`Event.marker`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from .constants import MAX_NAME, ColumnFlags, EventType
+from .constants import MARKER_TYPES, MAX_NAME, ColumnFlags, EventType, RecordFlags, RecordType
 from .wire import NUL, U32, Reader, name_lstring, text_lstring
 
 
@@ -69,12 +73,15 @@ RECORD_HEAD = struct.Struct("<IQ")
 RECORD_TAIL_FIXED = struct.Struct("<BIQI")
 _pack_u32 = U32.pack
 _FLAG = [bytes([i]) for i in range(16)]
+_FLAG_BYTE = [bytes([i]) for i in range(256)]
 _BEFORE_NULL = ColumnFlags.BEFORE_NULL.value
 _AFTER_NULL = ColumnFlags.AFTER_NULL.value
 _BEFORE_ABSENT = ColumnFlags.BEFORE_ABSENT.value
 _AFTER_ABSENT = ColumnFlags.AFTER_ABSENT.value
-_TYPE_NAMES: dict[int, str] = {EventType.INSERT: "INSERT", EventType.UPDATE: "UPDATE", EventType.DELETE: "DELETE"}
+_TYPE_NAMES: dict[int, str] = {record_type.value: record_type.name for record_type in RecordType}
 _VALID_TYPES = frozenset(_TYPE_NAMES)
+_SNAPSHOT = RecordFlags.SNAPSHOT.value
+_NO_IMAGE_BEFORE = frozenset({RecordType.INSERT, *MARKER_TYPES})
 
 
 class Column(NamedTuple):
@@ -99,10 +106,50 @@ class Event:
     timestamp: int = 0
     gtid: str = ""
     columns: list[Column] = field(default_factory=list)
+    #: RecordFlags (0 for a row change of the binlog).
+    flags: int = 0
 
     @property
     def type_name(self) -> str:
         return _TYPE_NAMES.get(self.type, f"0x{self.type:02x}")
+
+    @property
+    def snapshot(self) -> bool:
+        """A snapshot's row (type INSERT) or marker, not a change read from the binlog."""
+        return bool(self.flags & _SNAPSHOT)
+
+    @property
+    def is_marker(self) -> bool:
+        return self.type in MARKER_TYPES
+
+    def marker(self) -> SnapshotMarker | None:
+        """What a SNAPSHOT_START or SNAPSHOT_END record says; None for a row change.
+
+        Raises ValueError for a marker without its ``snapshot`` column.
+        """
+        if self.type not in MARKER_TYPES:
+            return None
+        after = self.after()
+        text = {name: None if value is None else value.decode("utf-8", "replace") for name, value in after.items()}
+        if not text.get("snapshot"):
+            raise ValueError(f"{self.type_name} record {self.seq} has no snapshot column")
+
+        def number(name: str) -> int | None:
+            value = text.get(name)
+            return int(value) if value else None
+
+        start = self.type == RecordType.SNAPSHOT_START
+        return SnapshotMarker(
+            start=start,
+            snapshot_id=int(text["snapshot"] or 0),
+            schema=self.schema,
+            table=self.table,
+            where=text.get("where") if start else None,
+            rows_estimate=number("rows_estimate") if start else None,
+            rows=None if start else number("rows"),
+            state=None if start else text.get("state"),
+            error=None if start else text.get("error"),
+        )
 
     @property
     def event_position(self) -> int:
@@ -130,17 +177,39 @@ class Event:
             "timestamp": self.timestamp,
             "gtid": self.gtid,
         }
-        if self.type != EventType.INSERT:
-            data["before"] = {name: _json_value(value) for name, value in self.before().items()}
+        if self.flags & _SNAPSHOT:
+            data["snapshot"] = True
+        if self.type not in _NO_IMAGE_BEFORE:
+            data["before"] = {name: json_value(value) for name, value in self.before().items()}
         if self.type != EventType.DELETE:
-            data["after"] = {name: _json_value(value) for name, value in self.after().items()}
+            data["after"] = {name: json_value(value) for name, value in self.after().items()}
         return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
-def _json_value(value: bytes | None) -> str | dict[str, str] | None:
+@dataclass(frozen=True, slots=True)
+class SnapshotMarker:
+    """A snapshot marker's content. The start marker comes before the table's first snapshot row, the end marker
+    after its last one (or where it stopped: ``state`` "cancelled" or "failed", with ``error``)."""
+
+    start: bool
+    #: The snapshot's id, as SNAPSHOT's reply gave it.
+    snapshot_id: int
+    schema: str
+    table: str
+    #: Start marker: the condition the rows meet (None: every row), and the table's estimated row count.
+    where: str | None = None
+    rows_estimate: int | None = None
+    #: End marker: the rows queued, "done", "cancelled" or "failed", and the reason of a failure.
+    rows: int | None = None
+    state: str | None = None
+    error: str | None = None
+
+
+def json_value(value: bytes | None) -> str | dict[str, str] | None:
+    """A value in JSON: text, or ``{"base64": ...}`` when it is not UTF-8 (BLOBs)."""
     if value is None:
         return None
     try:
@@ -160,8 +229,10 @@ def encode_record(
     schema: str,
     table: str,
     columns: Iterable[tuple[str, InValue, InValue]],
+    flags: int = 0,
 ) -> bytes:
-    """One FETCH record. ``columns`` are (name, before, after) tuples or :class:`Column`."""
+    """One FETCH record. ``columns`` are (name, before, after) tuples or :class:`Column`; ``flags`` (RecordFlags)
+    are written after the columns only when non-zero."""
     body = b"".join(
         (
             _pack_fixed(seq, event_type, timestamp, pos, row),
@@ -170,6 +241,7 @@ def encode_record(
             name_lstring(schema),
             name_lstring(table),
             encode_columns(columns),
+            _FLAG_BYTE[flags] if flags else b"",
         )
     )
     return _pack_u32(len(body)) + body
@@ -229,6 +301,7 @@ def encode_event(event: Event) -> bytes:
         event.schema,
         event.table,
         event.columns,
+        event.flags,
     )
 
 
@@ -260,7 +333,9 @@ def _fast_record(data: bytes, o: int, end: int) -> Event:
         o = e + 1
     columns, o = _fast_columns(data, o, end)
     file, gtid, schema, table = texts
-    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns)
+    # RecordFlags, when the record goes on after its columns; bytes after it are fields of a later version.
+    flags = data[o] if o < end else 0
+    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns, flags)
 
 
 def _fast_columns(data: bytes, o: int, end: int) -> tuple[list[Column], int]:
@@ -316,7 +391,10 @@ def _fast_columns(data: bytes, o: int, end: int) -> tuple[list[Column], int]:
 
 
 def decode_record(reader: Reader, index: int = 0) -> Event:
-    """Read one record at the reader's offset; fields past the known ones (a newer server) are skipped."""
+    """Read one record at the reader's offset; fields past the known ones (a newer server) are skipped.
+
+    RecordFlags is read when the record goes on after its columns: a record of a server that predates it ends
+    there. A reader that stops at the columns (older clients) skips it like any later field."""
     at = reader.offset
     size = reader.u32(f"record {index} RecordSize")
     if size > reader.remaining():
@@ -334,13 +412,14 @@ def _checked_record(sub: Reader, at: int) -> Event:
     """The slow path, bounded by RecordSize so that a record never reads into the next one."""
     seq, event_type, timestamp, pos, row = sub.unpack(_FIXED, "Seq/EventType/Timestamp/Position/Row")
     if event_type not in _VALID_TYPES:
-        raise sub.fail(f"EventType 0x{event_type:02x} at offset {at + 12} is not 0x01, 0x02 or 0x04")
+        raise sub.fail(f"EventType 0x{event_type:02x} at offset {at + 12} is not 0x01, 0x02, 0x04, 0x10 or 0x20")
     file = sub.text("File")
     gtid = sub.text("Gtid")
     schema = sub.text("Schema")
     table = sub.text("Table")
     columns = _checked_columns(sub)
-    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns)
+    flags = sub.u8("RecordFlags") if sub.remaining() else 0
+    return Event(seq, event_type, schema, table, file, pos, row, timestamp, gtid, columns, flags)
 
 
 def _checked_columns(sub: Reader) -> list[Column]:

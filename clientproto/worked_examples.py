@@ -11,7 +11,7 @@ from typing import TypedDict
 
 from . import codec, extensions, payloads
 from .auth import php_key, server_key
-from .constants import LEGACY_VERSION, Command
+from .constants import LEGACY_VERSION, Command, RecordFlags, RecordType, SnapshotAction, SnapshotState
 from .errors import ProtocolError
 from .header import encode_request
 from .records import ABSENT, encode_record
@@ -88,6 +88,31 @@ def examples() -> list[Example]:
         binlog_pos=5000,
         filters=[extensions.FilterInfo(1, 1, 1000, "shop", "orders")],
     )
+    snapshot_request = extensions.encode_snapshot(SnapshotAction.START, [("shop", "orders")], "id > 100")
+    snapshot_items = [extensions.SnapshotItem(7, SnapshotState.PENDING)]
+    status_items = [extensions.SnapshotItem(7, SnapshotState.RUNNING, 1500, 4000)]
+    # Snapshot #7 of shop.orders (condition id > 100): its start marker, its one row, its end marker, as the worker
+    # queues them at mysql-bin.000042 position 5000.
+    at = (1700000100, "mysql-bin.000042", 5000, 0, "", "shop", "orders")
+    snapshot_records = [
+        encode_record(
+            30,
+            RecordType.SNAPSHOT_START,
+            *at,
+            [("snapshot", ABSENT, "7"), ("where", ABSENT, "id > 100"), ("rows_estimate", ABSENT, "1")],
+            RecordFlags.SNAPSHOT,
+        ),
+        encode_record(
+            31, RecordType.INSERT, *at, [("id", ABSENT, "101"), ("note", ABSENT, None)], RecordFlags.SNAPSHOT
+        ),
+        encode_record(
+            32,
+            RecordType.SNAPSHOT_END,
+            *at,
+            [("snapshot", ABSENT, "7"), ("rows", ABSENT, "1"), ("state", ABSENT, "done"), ("error", ABSENT, None)],
+            RecordFlags.SNAPSHOT,
+        ),
+    ]
     return [
         Example("PING request", ping, True),
         Example("PING reply", codec.PONG_REPLY, False),
@@ -130,6 +155,17 @@ def examples() -> list[Example]:
         Example("REMOVEFILTER reply", codec.removefilter_reply(True), False),
         Example("STATUS request", encode_request(Command.STATUS, **SESSION), True),
         Example("STATUS reply", codec.status_reply(status), False),
+        Example("SNAPSHOT request", encode_request(Command.SNAPSHOT, snapshot_request, **SESSION), True),
+        Example("SNAPSHOT reply", codec.snapshot_reply(snapshot_items), False),
+        Example(
+            "SNAPSHOT STATUS request",
+            encode_request(
+                Command.SNAPSHOT, extensions.encode_snapshot(SnapshotAction.STATUS, [("shop", "orders")]), **SESSION
+            ),
+            True,
+        ),
+        Example("SNAPSHOT STATUS reply", codec.snapshot_reply(status_items), False),
+        Example("FETCH reply (snapshot)", codec.fetch_reply(0, snapshot_records), False),
         Example("Bad checksum request", bad_ping, True),
         Example("Bad checksum reply", codec.BAD_CHECKSUM_REPLY, False),
         Example("Bad session request", encode_request(Command.POLL, version=LEGACY_VERSION), True),

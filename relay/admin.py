@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import F, QuerySet, Sum
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
@@ -38,6 +40,7 @@ from relay.models import (
     SchemaTable,
     SchemaVersion,
     ServedEvent,
+    Snapshot,
     TableUsage,
     UsageHistory,
     UsageMinute,
@@ -45,8 +48,9 @@ from relay.models import (
     mask_letters,
 )
 from relay.store import relayprocess, rowcodec
+from relay.store.snapshots import SnapshotRefused, cancel_snapshots, parse_table, progress, request_snapshots
 from relay.store.statistics import reset_statistics
-from relay.templatetags.relay_tags import unix_time
+from relay.templatetags.relay_tags import duration, num, unix_time
 from relay.web import health
 from relay.web.dashboard import client_status, event_type_name
 
@@ -157,6 +161,36 @@ class QueueStateInline(admin.StackedInline):
         return False
 
 
+class SnapshotRequestForm(forms.Form):
+    """The client action's intermediate page: which tables, and which of their rows."""
+
+    tables = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60}),
+        help_text="SCHEMA.TABLE, one a line (a name may hold spaces and commas, so nothing else separates them)",
+    )
+    where = forms.CharField(
+        required=False,
+        widget=forms.TextInput(attrs={"size": 80}),
+        help_text="an SQL condition on the table's columns, e.g. <code>created &gt;= '2024-01-01'</code>; "
+        "empty: every row",
+    )
+
+    def clean_tables(self) -> list[tuple[str, str]]:
+        tables: list[tuple[str, str]] = []
+        for line in self.cleaned_data["tables"].splitlines():
+            if not line.strip():
+                continue
+            try:
+                table = parse_table(line.strip())
+            except SnapshotRefused as exc:
+                raise forms.ValidationError(str(exc)) from None
+            if table not in tables:
+                tables.append(table)
+        if not tables:
+            raise forms.ValidationError("name at least one table")
+        return tables
+
+
 @admin.register(Client)
 class ClientAdmin(admin.ModelAdmin):
     list_display = (
@@ -187,7 +221,7 @@ class ClientAdmin(admin.ModelAdmin):
         "delivered_seq",
     )
     inlines = (FilterInline, QueueStateInline)
-    actions = ("purge_queues", "delete_with_queues")
+    actions = ("take_snapshot", "purge_queues", "delete_with_queues")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Client]:
         return (
@@ -226,6 +260,43 @@ class ClientAdmin(admin.ModelAdmin):
     def discarded(self, obj: Client) -> int:
         state = getattr(obj, "queue_state", None)
         return state.discarded if state else 0
+
+    @admin.action(description="Take a snapshot of a table…", permissions=("change",))
+    def take_snapshot(self, request: HttpRequest, queryset: QuerySet[Client]) -> TemplateResponse | None:
+        """Asks the worker for the tables' current rows in each selected client's queue: first a page asking which
+        tables (and which rows), then, on its submission, one request per client (relay/store/snapshots.py), each
+        refusal reported with its reason. Asking again for a table under way finds the snapshot already asked for."""
+        form = SnapshotRequestForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            tables, where = form.cleaned_data["tables"], form.cleaned_data["where"]
+            for client in queryset.order_by("id"):
+                under_way = set(client.snapshots.filter(state__in=Snapshot.ACTIVE).values_list("id", flat=True))
+                try:
+                    snapshots = request_snapshots(client, tables, where)
+                except SnapshotRefused as exc:
+                    self.message_user(request, f"Client {client.name}: refused: {exc}", messages.ERROR)
+                    continue
+                for snapshot in snapshots:
+                    what = "already under way" if snapshot.id in under_way else "asked for"
+                    self.message_user(
+                        request,
+                        f"Client {client.name}: snapshot #{snapshot.id} of {snapshot.schema_name}."
+                        f"{snapshot.table_name} {what} ({snapshot.state}).",
+                        messages.SUCCESS,
+                    )
+            return None
+        return TemplateResponse(
+            request,
+            "admin/relay/client/take_snapshot.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Take a snapshot of a table",
+                "opts": self.model._meta,
+                "form": form,
+                "clients": queryset.order_by("id"),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
 
     @admin.action(description="Purge the selected clients' queues", permissions=("change",))
     def purge_queues(self, request: HttpRequest, queryset: QuerySet[Client]) -> None:
@@ -271,6 +342,79 @@ class FilterAdmin(admin.ModelAdmin):
     @admin.display(description="events", ordering="event_mask")
     def events(self, obj: Filter) -> str:
         return mask_letters(obj.event_mask)
+
+
+@admin.register(Snapshot)
+class SnapshotAdmin(admin.ModelAdmin):
+    """Snapshots are asked for with ``manage.py snapshot`` or the client action, and advanced by the worker: read-only
+    here, except that one under way can be cancelled (the rows already queued stay queued)."""
+
+    list_display = ("id", "client", "table", "state", "rows", "progress_shown", "updated")
+    list_display_links = ("id", "table")
+    list_filter = ("state",)
+    search_fields = ("client__name", "schema_name", "table_name")
+    list_select_related = ("client",)
+    ordering = ("-id",)
+    actions = ("cancel_selected",)
+    fields = (
+        "client",
+        "schema_name",
+        "table_name",
+        "where",
+        "state",
+        "rows",
+        "progress_shown",
+        "chunks_done",
+        "key_columns",
+        "last_key",
+        "created",
+        "started",
+        "updated",
+        "finished",
+        "error",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("relay.change_snapshot")
+
+    @admin.display(description="table", ordering="table_name")
+    def table(self, obj: Snapshot) -> str:
+        return f"{obj.schema_name}.{obj.table_name}"
+
+    @admin.display(description="rows done / total (estimate)", ordering="rows_done")
+    def rows(self, obj: Snapshot) -> str:
+        total = "?" if obj.rows_total is None else f"~{num(obj.rows_total)}"
+        return f"{num(obj.rows_done)} / {total}"
+
+    @admin.display(description="progress")
+    def progress_shown(self, obj: Snapshot) -> str:
+        shown = progress(obj)
+        parts = [] if shown.fraction is None else [f"{shown.fraction:.0%}"]
+        if shown.rows_per_second is not None:
+            parts.append(f"{num(shown.rows_per_second, 1)} rows/s")
+        if obj.active and shown.eta_seconds is not None:
+            parts.append(f"ETA {duration(shown.eta_seconds)}")
+        return ", ".join(parts) or "\u2013"
+
+    @admin.action(
+        description="Cancel the selected snapshots (rows already queued stay queued)", permissions=("cancel",)
+    )
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Snapshot]) -> None:
+        selected = list(queryset)
+        cancelled = cancel_snapshots(selected)
+        finished = len(selected) - cancelled
+        note = f"; {finished} had already finished" if finished else ""
+        self.message_user(request, f"Cancelled {cancelled} snapshot(s){note}.", messages.SUCCESS)
 
 
 @admin.register(SchemaVersion)

@@ -85,6 +85,19 @@ class MailConfig:
         return bool(self.host)
 
 
+SNAPSHOT_METHODS = ("auto", "consistent-snapshot", "watermark")
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """How the worker reads snapshots ([Snapshot], new): see binlog/snapshot.py for the two methods."""
+
+    method: str = "auto"  # a consistent snapshot on MariaDB, watermarks on MySQL
+    chunk_rows: int = 2_000
+    rows_per_second: float = 0.0  # 0: no limit but what the source and the store take
+    signal_table: str = "relay.snapshot_signal"  # the watermark method's table on the source (created if missing)
+
+
 # Host names the dashboard answers when neither DJANGO_ALLOWED_HOSTS nor [Server] AllowedHosts says: this machine
 # only. Never "*": Django builds absolute URLs (password-reset links among them) from the Host header it accepts.
 DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -105,6 +118,7 @@ class RelayConfig:
     database_url: str
     allowed_hosts: tuple[str, ...] = DEFAULT_ALLOWED_HOSTS
     mail: MailConfig = field(default_factory=lambda: MailConfig("", 25, "", "", "", False))
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     config_path: Path | None = None
 
 
@@ -150,6 +164,16 @@ def _integer(low: int, high: int) -> Callable[[str, str], int]:
         if not low <= number <= high:
             raise ConfigError(f"{name}: {number} is out of range ({low}..{high})")
         return number
+
+    return parse
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(name: str, value: str) -> str:
+        chosen = value.strip().lower()
+        if chosen not in choices:
+            raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+        return chosen
 
     return parse
 
@@ -322,6 +346,14 @@ def load_config(
     if mail.enabled and not mail.sender:
         raise ConfigError("[Mail] From: the sender address is not set (password-reset mails need one)")
     allowed_hosts = tuple(_split_names(values.text("Server", "AllowedHosts"))) or DEFAULT_ALLOWED_HOSTS
+    snapshot = SnapshotConfig(
+        method=values.parsed("Snapshot", "Method", "auto", _choice(SNAPSHOT_METHODS)),
+        chunk_rows=values.parsed("Snapshot", "ChunkRows", 2_000, _integer(1, 1_000_000)),
+        rows_per_second=float(values.parsed("Snapshot", "RowsPerSecond", 0, _integer(0, 100_000_000))),
+        signal_table=values.text("Snapshot", "SignalTable") or "relay.snapshot_signal",
+    )
+    if "." not in snapshot.signal_table.strip(".") or snapshot.signal_table.count(".") != 1:
+        raise ConfigError(f"[Snapshot] SignalTable: {snapshot.signal_table!r} is not SCHEMA.TABLE")
 
     return RelayConfig(
         source=source,
@@ -337,6 +369,7 @@ def load_config(
         database_url=database_url,
         allowed_hosts=allowed_hosts,
         mail=mail,
+        snapshot=snapshot,
         config_path=config_path,
     )
 

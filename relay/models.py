@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from django.db import models
 
-from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_UPDATE
+from binlog.constants import (
+    KIND_DELETE,
+    KIND_INSERT,
+    KIND_SNAPSHOT_END,
+    KIND_SNAPSHOT_ROW,
+    KIND_SNAPSHOT_START,
+    KIND_UPDATE,
+)
 from clientproto import DiscardPolicy as WireDiscardPolicy
 
 
@@ -24,6 +31,9 @@ class EventKind(models.IntegerChoices):
     INSERT = KIND_INSERT, "insert"
     UPDATE = KIND_UPDATE, "update"
     DELETE = KIND_DELETE, "delete"
+    SNAPSHOT_ROW = KIND_SNAPSHOT_ROW, "snapshot row"
+    SNAPSHOT_START = KIND_SNAPSHOT_START, "snapshot start"
+    SNAPSHOT_END = KIND_SNAPSHOT_END, "snapshot end"
 
 
 class DiscardPolicy(models.IntegerChoices):
@@ -134,6 +144,52 @@ class FilterVersion(models.Model):
 
     def __str__(self) -> str:
         return f"filter version {self.version}"
+
+
+class Snapshot(models.Model):
+    """A client's request for the current rows of one table, and how far the worker has got.
+
+    The worker reads the table in key order, a chunk at a time, each chunk in a short transaction of its own, and
+    queues each chunk at the point of the stream the chunk was read at (relay/worker/snapshots.py). ``last_key`` is
+    the key of the last row queued, written in the same store transaction as the chunk and the checkpoint, so a
+    worker killed at any instant resumes after it.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="snapshots")
+    schema_name = models.CharField(max_length=255)
+    table_name = models.CharField(max_length=255)
+    where = models.TextField(blank=True, default="", help_text="SQL condition the rows must meet; empty: all rows")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    key_columns = models.TextField(blank=True, default="", help_text="the columns chunks are ordered by, as JSON")
+    last_key = models.TextField(blank=True, default="", help_text="key of the last row queued, as JSON; empty: none")
+    rows_done = models.BigIntegerField(default=0)
+    rows_total = models.BigIntegerField(null=True, blank=True, help_text="the table's estimated row count")
+    chunks_done = models.IntegerField(default=0)
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    updated = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    ACTIVE = (State.PENDING, State.RUNNING)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["state"], name="snapshot_state")]
+
+    def __str__(self) -> str:
+        return f"snapshot #{self.id} of {self.schema_name}.{self.table_name} for client #{self.client_id}"
+
+    @property
+    def active(self) -> bool:
+        return self.state in self.ACTIVE
 
 
 def mask_letters(mask: int) -> str:

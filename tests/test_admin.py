@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.test import Client as HttpClient
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 from relay.models import (
     Change,
@@ -17,6 +18,7 @@ from relay.models import (
     QueueEntry,
     QueueState,
     ServedEvent,
+    Snapshot,
     TableUsage,
     UsageMinute,
 )
@@ -24,6 +26,7 @@ from relay.store.statistics import reset_statistics
 from relay.worker.samples import Sampler
 from tests.helpers.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE
 from tests.helpers.queues import queue_size
+from tests.helpers.snapshot_data import EVIL_ERROR, add_snapshots
 
 pytestmark = pytest.mark.django_db
 
@@ -45,12 +48,14 @@ READ_ONLY = [
     "relayprocess",
     "queuesample",
     "lagsample",
+    "snapshot",  # but for its cancel action
 ]
 
 
 @pytest.fixture
 def staff(client: HttpClient, filled) -> HttpClient:
     Sampler("main").write(timezone.now(), lag=0.6172525882720947)  # the history samples the worker writes
+    add_snapshots(filled)
     assert client.login(username="admin", password=PASSWORD)
     return client
 
@@ -241,3 +246,99 @@ def test_times_are_dates_and_lag_is_rounded(staff: HttpClient) -> None:
     assert ">0.6<" in staff.get(reverse("admin:relay_lagsample_changelist")).content.decode()
     worker = staff.get(reverse("admin:relay_workerstatus_changelist")).content.decode()
     assert "lag (s)" in worker.lower()
+
+
+# -- snapshots ----------------------------------------------------------------------------------------------------
+
+
+def ask_for_snapshot(client: HttpClient, ids: list[int], **fields: str) -> str:
+    """The client action's second step: its form submitted (the first step only shows it)."""
+    response = client.post(
+        reverse("admin:relay_client_changelist"),
+        {"action": "take_snapshot", "_selected_action": [str(i) for i in ids], "apply": "Take the snapshot", **fields},
+        follow=True,
+    )
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_snapshot_action_asks_which_tables_first(staff: HttpClient, filled) -> None:
+    ids = [filled.client_ids[UNICODE], filled.client_ids[HOSTILE]]
+    before = Snapshot.objects.count()
+    response = staff.post(
+        reverse("admin:relay_client_changelist"), {"action": "take_snapshot", "_selected_action": [str(i) for i in ids]}
+    )
+    html = response.content.decode()
+    assert response.status_code == 200 and 'name="tables"' in html and 'name="where"' in html
+    assert UNICODE in html and HOSTILE_ESCAPED in html and HOSTILE not in html
+    assert html.count('name="_selected_action"') == 2
+    assert Snapshot.objects.count() == before  # nothing asked for yet
+
+
+def test_snapshot_action_asks_and_reports_refusals(staff: HttpClient, filled) -> None:
+    unicode_id, quoted_id = filled.client_ids[UNICODE], filled.client_ids[QUOTED]
+    html = ask_for_snapshot(staff, [unicode_id, quoted_id], tables="shop.orders\n\nshop.items \n", where="id > 3")
+    made = list(Snapshot.objects.filter(client_id=unicode_id).order_by("id"))
+    assert [(s.schema_name, s.table_name, s.where, s.state) for s in made] == [
+        ("shop", "orders", "id > 3", "pending"),
+        ("shop", "items", "id > 3", "pending"),
+    ]
+    assert f"Client {UNICODE}: snapshot #{made[0].id} of shop.orders asked for (pending)." in html
+    # The quoted client's filter covers shop.orders only: refused, with the reason, and nothing asked for.
+    assert not Snapshot.objects.filter(client_id=quoted_id).exists()
+    assert "O&#x27;Brien &quot;quoted&quot; &amp; co: refused: client" in html
+    assert "has no filter that covers inserts on shop.items" in html
+    # Again: the snapshots under way are found, not asked for twice.
+    html = ask_for_snapshot(staff, [unicode_id], tables="shop.orders", where="id > 3")
+    assert f"snapshot #{made[0].id} of shop.orders already under way (pending)." in html
+    assert Snapshot.objects.filter(client_id=unicode_id).count() == 2
+
+
+def test_snapshot_action_form_errors(staff: HttpClient, filled) -> None:
+    html = ask_for_snapshot(staff, [filled.client_ids[UNICODE]], tables="orders")
+    assert "&#x27;orders&#x27; is not SCHEMA.TABLE" in html and 'name="tables"' in html
+    html = ask_for_snapshot(staff, [filled.client_ids[UNICODE]], tables="  \n ")
+    assert "This field is required" in html or "name at least one table" in html
+    html = ask_for_snapshot(staff, [filled.client_ids[UNICODE]], tables="shop.orders", where="1=1; DROP TABLE x")
+    assert "refused" in html and "second statement" in html
+    assert not Snapshot.objects.filter(client_id=filled.client_ids[UNICODE]).exists()
+
+
+def test_snapshot_list_and_page(staff: HttpClient, filled) -> None:
+    html = staff.get(reverse("admin:relay_snapshot_changelist")).content.decode()
+    assert "2,500 / ~10,000" in html and "25%, 50.0 rows/s, ETA 2 min 30 s" in html
+    assert "1,234 / ~1,200" in html and "0 / ?" in html
+    assert HOSTILE not in html and HOSTILE_ESCAPED in html
+    failed = Snapshot.objects.get(state=Snapshot.State.FAILED)
+    page = staff.get(reverse("admin:relay_snapshot_change", args=[failed.pk])).content.decode()
+    assert escape(EVIL_ERROR) in page
+    assert HOSTILE not in page
+    assert staff.post(reverse("admin:relay_snapshot_change", args=[failed.pk]), {"state": "done"}).status_code == 403
+
+
+def test_snapshot_cancel_action(staff: HttpClient, filled) -> None:
+    running = Snapshot.objects.get(state=Snapshot.State.RUNNING)
+    pending = Snapshot.objects.get(state=Snapshot.State.PENDING)
+    done = Snapshot.objects.get(state=Snapshot.State.DONE)
+    html = action(staff, "snapshot", "cancel_selected", [running.pk, pending.pk, done.pk])
+    assert "Cancelled 2 snapshot(s); 1 had already finished." in html
+    assert set(Snapshot.objects.filter(pk__in=[running.pk, pending.pk]).values_list("state", flat=True)) == {
+        "cancelled"
+    }
+    running.refresh_from_db()
+    assert running.rows_done == 2500 and running.finished is not None
+    assert Snapshot.objects.get(pk=done.pk).state == Snapshot.State.DONE
+
+
+def test_snapshot_actions_need_permissions(client: HttpClient, filled) -> None:
+    from django.contrib.auth.models import Permission, User
+
+    snapshots = add_snapshots(filled)
+    user = User.objects.create_user("watcher", password=PASSWORD, is_staff=True)
+    for codename in ("view_client", "view_snapshot"):
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    client.login(username="watcher", password=PASSWORD)
+    action(client, "snapshot", "cancel_selected", [snapshots.running.pk])
+    assert Snapshot.objects.get(pk=snapshots.running.pk).state == Snapshot.State.RUNNING
+    ask_for_snapshot(client, [filled.client_ids[UNICODE]], tables="shop.orders")
+    assert not Snapshot.objects.filter(client_id=filled.client_ids[UNICODE]).exists()

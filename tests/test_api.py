@@ -12,6 +12,7 @@ from django.utils import timezone
 from relay.models import Client, TableUsage, WorkerStatus
 from relay.web import tableusage
 from tests.helpers.dashboard_data import HOSTILE, QUOTED, UNICODE
+from tests.helpers.snapshot_data import EVIL_ERROR, add_snapshots
 
 pytestmark = pytest.mark.django_db
 
@@ -111,6 +112,38 @@ def test_client_detail(viewer: HttpClient, filled) -> None:
         assert values["photo"] == "0x00ff62696e"
     assert data["buildup"][-1]["queued"] == 150
     assert [point["queued"] for point in data["buildup"]] == sorted(point["queued"] for point in data["buildup"])
+
+
+def test_client_detail_lists_the_snapshots(viewer: HttpClient, filled) -> None:
+    snapshots = add_snapshots(filled)
+    data = get(viewer, f"/api/clients/{snapshots.client_id}")
+    listed = data["snapshots"]
+    assert [item["state"] for item in listed] == ["running", "pending", "cancelled", "failed", "done"]
+    running = snapshots.running
+    assert listed[0] == {
+        "id": running.id,
+        "schema": "shop",
+        "table": "orders",
+        "where": "",
+        "state": "running",
+        "rows_done": 2500,
+        "rows_total_estimate": 10_000,
+        "chunks_done": 5,
+        "fraction": 0.25,
+        "rows_per_second": 50.0,
+        "eta_seconds": 150.0,
+        "created": running.created.isoformat(),
+        "started": running.started.isoformat(),
+        "updated": running.updated.isoformat(),
+        "finished": None,
+        "error": "",
+    }
+    pending, cancelled, failed, done = listed[1:]
+    assert pending["started"] is None and pending["fraction"] is None and pending["rows_per_second"] is None
+    assert failed["schema"] == HOSTILE and failed["table"] == QUOTED and failed["error"].startswith(EVIL_ERROR)
+    assert failed["eta_seconds"] is None and cancelled["eta_seconds"] is None
+    assert done["fraction"] == 1.0 and done["eta_seconds"] == 0.0 and done["rows_done"] == 1234
+    assert get(viewer, f"/api/clients/{filled.client_ids[UNICODE]}")["snapshots"] == []
 
 
 def test_client_detail_hostile_values_are_plain_json(viewer: HttpClient, filled) -> None:

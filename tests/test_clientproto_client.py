@@ -8,6 +8,7 @@ checked without the real server.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import socket
 import threading
@@ -33,6 +34,8 @@ class Queue:
     next_seq: int = 1
     acked_seq: int = 0
     served: int = 0
+    #: Snapshots by table, newest last.
+    snapshots: dict[tuple[str, str], list[cp.SnapshotItem]] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +63,7 @@ class FakeRelay:
         self.port = self.listener.getsockname()[1]
         self.connections: list[socket.socket] = []
         self.connection_count = 0
+        self.snapshot_ids = 0
         self.running = True
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -207,6 +211,8 @@ class FakeRelay:
         if isinstance(request, cp.AckRequest):
             removed = self._ack(queue, request.seq)
             return cp.ack_reply(queue.acked_seq, removed)
+        if isinstance(request, cp.SnapshotRequest):
+            return self._snapshot(queue, request)
         if isinstance(request, cp.StatusRequest):
             status = cp.Status(
                 client_id=queue.client_id,
@@ -220,7 +226,43 @@ class FakeRelay:
             return cp.status_reply(status)
         return cp.message_reply(cp.Result.UNKNOWN_COMMAND, "unhandled")
 
+    def _snapshot(self, queue: Queue, request: cp.SnapshotRequest) -> bytes:
+        """The relay's rules in short: START needs a filter covering the table's inserts and gives the snapshot under
+        way if any; CANCEL cancels what is under way; CANCEL and STATUS answer each table's newest snapshot."""
+        items = []
+        for name in request.tables:
+            history = queue.snapshots.setdefault(name, [])
+            newest = history[-1] if history else None
+            if request.action == cp.SnapshotAction.START:
+                covered = any(
+                    types & 1 and fnmatch.fnmatchcase(name[0], schema) and fnmatch.fnmatchcase(name[1], table)
+                    for types, schema, table in queue.filters
+                )
+                if not covered:
+                    return cp.message_reply(cp.Result.MALFORMED, f"SNAPSHOT: no filter covers {name[0]}.{name[1]}")
+                if newest is None or not newest.active:
+                    self.snapshot_ids += 1
+                    newest = cp.SnapshotItem(self.snapshot_ids, cp.SnapshotState.PENDING)
+                    history.append(newest)
+            elif request.action == cp.SnapshotAction.CANCEL and newest is not None and newest.active:
+                newest = history[-1] = cp.SnapshotItem(newest.snapshot_id, cp.SnapshotState.CANCELLED, 0, None)
+            items.append(newest or cp.SnapshotItem(0, cp.SnapshotState.NONE))
+        return cp.snapshot_reply(items)
+
     # ---------------------------------------------------------------------------------------------- helpers
+
+    def push_events(self, name: str, events: list[Event]) -> list[int]:
+        """Queue these events for the client ``name`` (created if new), with the next sequence numbers."""
+        with self.cond:
+            queue = self.queues.get(name)
+            if queue is None:
+                queue = self.queues[name] = Queue(len(self.queues) + 1, name)
+            for event in events:
+                event.seq = queue.next_seq
+                queue.next_seq += 1
+                queue.entries.append(event)
+            self.cond.notify_all()
+        return [event.seq for event in events]
 
     def push(
         self, name: str, count: int = 1, event_type: int = 1, columns: dict[str, bytes | None] | None = None
@@ -511,3 +553,133 @@ def test_example_reports_connection_errors(capsys: pytest.CaptureFixture[str]) -
         port = placeholder.getsockname()[1]
     assert example_module.main(["--port", str(port), "--secret", "s", "--name", "n"]) == 1
     assert "relay:" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------------ snapshots
+
+
+def row_event(
+    event_type: int,
+    after: dict[str, bytes | None] | None,
+    before: dict[str, bytes | None] | None = None,
+    *,
+    table: str = "orders",
+    flags: int = 0,
+) -> Event:
+    """A row change (or marker) as the relay sends it: a column an image does not carry is ABSENT."""
+    before, after = before or {}, after or {}
+    names = list(dict.fromkeys([*before, *after]))
+    columns = [Column(name, before.get(name, ABSENT), after.get(name, ABSENT)) for name in names]
+    return Event(0, event_type, "shop", table, "bin.000001", 4, 0, 1700000000, "", columns, flags)
+
+
+def marker_event(start: bool, snapshot_id: int = 1, *, where: bytes | None = None, state: bytes = b"done") -> Event:
+    if start:
+        after = {"snapshot": str(snapshot_id).encode(), "where": where, "rows_estimate": None}
+        return row_event(0x10, after, flags=1)
+    return row_event(
+        0x20, {"snapshot": str(snapshot_id).encode(), "rows": b"2", "state": state, "error": None}, flags=1
+    )
+
+
+def test_snapshot_start_status_cancel(relay: FakeRelay) -> None:
+    with make_client(relay) as client:
+        with pytest.raises(cp.RelayError, match="SNAPSHOT START failed with result 0xfa: SNAPSHOT: no filter covers"):
+            client.snapshot(["shop.orders"])
+        assert client.ping() is None  # a refusal keeps the connection
+        client.add_filter("IUD", "shop", "*")
+        [item] = client.snapshot(["shop.orders"], where="id > 5")
+        assert (item.snapshot_id, item.state, item.state_name, item.rows_total) == (1, 0, "pending", None)
+        assert client.snapshot([("shop", "orders")]) == [item]  # under way: the same snapshot
+        status = client.snapshot_status(["shop.orders", ("shop", "items")])
+        assert status == [item, cp.SnapshotItem(0, cp.SnapshotState.NONE)]
+        cancelled = client.cancel_snapshot(["shop.orders"])
+        assert [(c.snapshot_id, c.state_name) for c in cancelled] == [(1, "cancelled")]
+        assert client.cancel_snapshot(["shop.orders"]) == cancelled  # idempotent
+        assert client.snapshot(["shop.orders"])[0].snapshot_id == 2  # a new one once the last one ended
+        with pytest.raises(ValueError, match=r"SCHEMA\.TABLE"):
+            client.snapshot(["orders"])
+    requests = [r.request for r in relay.received if r.command == Command.SNAPSHOT]
+    assert requests[1] == cp.SnapshotRequest(cp.SnapshotAction.START, (("shop", "orders"),), "id > 5")
+    assert requests[3] == cp.SnapshotRequest(cp.SnapshotAction.STATUS, (("shop", "orders"), ("shop", "items")), "")
+
+
+def test_snapshot_is_retried_after_a_reconnection(relay: FakeRelay) -> None:
+    with make_client(relay) as client:
+        client.add_filter("I", "shop", "orders")
+        relay.drop_requests = 1
+        [item] = client.snapshot(["shop.orders"])
+        assert client.sessions == 2 and item.snapshot_id == 1
+        assert client.snapshot(["shop.orders"]) == [item]
+
+
+def test_table_mirror_rebuilds_a_table_from_snapshot_rows_and_changes() -> None:
+    mirror = cp.TableMirror(key=("id",))
+    # Rows known before the snapshot: 1 stays (the snapshot has it), 2 was deleted while nobody listened, 3 is
+    # updated during the snapshot (before its chunk), which confirms it.
+    for row in ({"id": b"1", "v": b"old"}, {"id": b"2", "v": b"gone"}, {"id": b"3", "v": b"x"}):
+        mirror.apply(row_event(1, row))
+    events = [
+        marker_event(True),
+        row_event(1, {"id": b"1", "v": b"a"}, flags=1),
+        row_event(2, {"v": b"y"}, {"id": b"3"}),  # a partial (MINIMAL) image: the key before, the change after
+        row_event(1, {"id": b"4", "v": b"new"}),  # inserted during the snapshot
+        row_event(1, {"id": b"5", "v": b"b"}, flags=1),
+        row_event(2, {"id": b"6", "v": b"b"}, {"id": b"5", "v": b"b"}),  # the key changes
+        row_event(4, None, {"id": b"4", "v": b"new"}),
+        marker_event(False),
+    ]
+    for event in events:
+        mirror.apply(event)
+    assert mirror.rows("shop", "orders") == {
+        (b"1",): {"id": b"1", "v": b"a"},
+        (b"3",): {"id": b"3", "v": b"y"},
+        (b"6",): {"id": b"6", "v": b"b"},
+    }
+    assert mirror.rows("shop", "items") == {}
+
+
+@pytest.mark.parametrize(("where", "state"), [(b"id > 0", b"done"), (None, b"cancelled"), (None, b"failed")])
+def test_table_mirror_keeps_unconfirmed_rows_unless_a_whole_snapshot_is_done(where: bytes | None, state: bytes) -> None:
+    mirror = cp.TableMirror(key={("shop", "orders"): ("id",)}, default_key=("k",))
+    mirror.apply(row_event(1, {"id": b"2"}))
+    mirror.apply(row_event(1, {"k": b"9"}, table="items"))
+    mirror.apply(marker_event(True, where=where))
+    mirror.apply(row_event(1, {"id": b"1"}, flags=1))
+    mirror.apply(marker_event(False, state=state))
+    assert set(mirror.rows("shop", "orders")) == {(b"1",), (b"2",)}
+    assert set(mirror.rows("shop", "items")) == {(b"9",)}
+    with pytest.raises(ValueError, match="key column 'k' is not in its image"):
+        mirror.apply(row_event(1, {"id": b"1"}, table="items"))
+
+
+def test_example_snapshot_prints_the_rebuilt_table(relay: FakeRelay, capsys: pytest.CaptureFixture[str]) -> None:
+    relay.push_events(
+        "example",
+        [
+            row_event(1, {"id": b"1", "v": b"before"}),
+            marker_event(True),
+            row_event(1, {"id": b"1", "v": "café".encode()}, flags=1),
+            row_event(1, {"id": b"2", "v": None}, flags=1),
+            row_event(4, None, {"id": b"2", "v": None}),
+            marker_event(False),
+        ],
+    )
+    argv = ["--port", str(relay.port), "--secret", SECRET, "--name", "example", "--filter", "IUD,shop.orders"]
+    argv += ["--snapshot", "shop.orders", "--key", "id", "--until-idle"]
+    assert example_module.main(argv) == 0
+    out = capsys.readouterr()
+    lines = [json.loads(line) for line in out.out.splitlines()]
+    assert [line.get("type") for line in lines[:6]] == [
+        "INSERT",
+        "SNAPSHOT_START",
+        "INSERT",
+        "INSERT",
+        "DELETE",
+        "SNAPSHOT_END",
+    ]
+    assert [line.get("snapshot", False) for line in lines[:6]] == [False, True, True, True, False, True]
+    assert lines[6] == {"table": "shop.orders", "rows": [{"id": "1", "v": "café"}]}
+    assert "snapshot #1 of shop.orders: pending" in out.err
+    with pytest.raises(Exception, match=r"SCHEMA\.TABLE"):
+        example_module.parse_table("orders")

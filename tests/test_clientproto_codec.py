@@ -21,6 +21,7 @@ from clientproto import (
     TruncatedFrame,
     UnknownCommand,
 )
+from clientproto import records as records_module
 from tests.helpers.clientproto_frames import (
     AUTH_REP,
     AUTH_REQ,
@@ -365,6 +366,137 @@ def test_record_with_unknown_trailing_fields_is_skipped() -> None:
     assert [e.seq for e in reply.events] == [1, 2]
 
 
+# ------------------------------------------------------------------------------------------------ snapshots
+
+
+def snapshot_row(seq: int = 31) -> bytes:
+    return cp.encode_record(
+        seq, 1, 1700000100, "mysql-bin.000042", 5000, 0, "", "shop", "orders", [("id", ABSENT, b"101")], 1
+    )
+
+
+def marker_record(seq: int, record_type: int, **columns: bytes | None) -> bytes:
+    if not columns:
+        columns = (
+            {"snapshot": b"7", "where": None, "rows_estimate": b"40"}
+            if record_type == cp.RecordType.SNAPSHOT_START
+            else {"snapshot": b"7", "rows": b"1", "state": b"failed", "error": b"table dropped"}
+        )
+    return cp.encode_record(
+        seq,
+        record_type,
+        1700000100,
+        "mysql-bin.000042",
+        5000,
+        0,
+        "",
+        "shop",
+        "orders",
+        [(name, ABSENT, value) for name, value in columns.items()],
+        cp.RecordFlags.SNAPSHOT,
+    )
+
+
+def test_record_flags_follow_the_columns_only_when_set() -> None:
+    columns = [("id", ABSENT, b"101")]
+    plain = cp.encode_record(31, 1, 1700000100, "f", 5000, 0, "", "shop", "orders", columns)
+    assert cp.encode_record(31, 1, 1700000100, "f", 5000, 0, "", "shop", "orders", columns, 0) == plain
+    flagged = cp.encode_record(31, 1, 1700000100, "f", 5000, 0, "", "shop", "orders", columns, 1)
+    # One byte more, counted in RecordSize, after the columns: everything before it is the plain record's.
+    assert flagged == struct.pack("<I", len(plain) - 4 + 1) + plain[4:] + b"\x01"
+    events = cp.decode_fetch_reply(b"".join(cp.encode_fetch_reply(0, [plain, flagged]))).events
+    assert [(e.seq, e.type, e.flags, e.snapshot) for e in events] == [(31, 1, 0, False), (31, 1, 1, True)]
+    assert events[0].columns == events[1].columns and events[1].marker() is None and not events[1].is_marker
+    # A reader that knows only the fields up to the columns (an older client) skips RecordFlags with RecordSize.
+    assert cp.encode_event(events[1]) == flagged and cp.encode_event(events[0]) == plain
+
+
+def test_snapshot_rows_and_markers_decode() -> None:
+    records = [
+        marker_record(30, cp.RecordType.SNAPSHOT_START),
+        snapshot_row(31),
+        marker_record(32, cp.RecordType.SNAPSHOT_END),
+        # Fields of a later version after RecordFlags are skipped.
+        (lambda r: struct.pack("<I", len(r) - 4 + 3) + r[4:] + b"new")(snapshot_row(33)),
+    ]
+    reply = cp.decode_fetch_reply(b"".join(cp.encode_fetch_reply(2, records)))
+    start, row, end, later = reply.events
+    assert [e.type for e in reply.events] == [0x10, 0x01, 0x20, 0x01] and all(e.snapshot for e in reply.events)
+    assert (start.type_name, end.type_name, start.is_marker, row.is_marker) == (
+        "SNAPSHOT_START",
+        "SNAPSHOT_END",
+        True,
+        False,
+    )
+    assert start.marker() == cp.SnapshotMarker(True, 7, "shop", "orders", where=None, rows_estimate=40)
+    assert end.marker() == cp.SnapshotMarker(False, 7, "shop", "orders", rows=1, state="failed", error="table dropped")
+    assert later.seq == 33 and later.flags == 1 and later.after() == {"id": b"101"}
+    with_where = cp.decode_fetch_reply(
+        b"".join(cp.encode_fetch_reply(0, [marker_record(1, 0x10, snapshot=b"8", where=b"id > 1", rows_estimate=None)]))
+    ).events[0]
+    marker = with_where.marker()
+    assert marker is not None and (marker.snapshot_id, marker.where, marker.rows_estimate) == (8, "id > 1", None)
+    broken = cp.decode_fetch_reply(b"".join(cp.encode_fetch_reply(0, [marker_record(1, 0x20, rows=b"1")]))).events[0]
+    with pytest.raises(ValueError, match="no snapshot column"):
+        broken.marker()
+    # The checked path (a record the fast path passes on) reads RecordFlags too.
+    for record in records[:3]:
+        reader = cp.wire.Reader(record, "record", 4)
+        assert records_module._checked_record(reader, 0).flags == 1
+    # JSON: snapshot rows say so; markers show their columns as an after image.
+    assert row.to_dict()["snapshot"] is True and "before" not in row.to_dict()
+    assert start.to_dict()["type"] == "SNAPSHOT_START" and start.to_dict()["after"]["rows_estimate"] == "40"
+    assert "before" not in start.to_dict() and "snapshot" not in Event(1, 1, "s", "t").to_dict()
+
+
+def test_record_types_are_not_filter_bits() -> None:
+    assert cp.EventType.INSERT | cp.EventType.UPDATE | cp.EventType.DELETE == 7 and cp.constants.ALL_EVENT_TYPES == 7
+    assert [int(t) for t in cp.RecordType] == [0x01, 0x02, 0x04, 0x10, 0x20]
+    assert {int(t) for t in cp.MARKER_TYPES} == {0x10, 0x20}
+    for mask in (0x10, 0x20, 0x17):
+        with pytest.raises(MalformedPayload, match=f"FilterType 0x{mask:02x}"):
+            cp.decode_request(Command.ADDFILTER, cp.encode_addfilter(mask, "s", "t"))
+    bad = snapshot_row()
+    bad = bad[:12] + b"\x08" + bad[13:]  # the store's kind 8 is never a wire type
+    with pytest.raises(MalformedPayload, match="EventType 0x08"):
+        cp.decode_fetch_reply(struct.pack("<IQ", 1, 0) + bad)
+
+
+def test_snapshot_request_bytes_and_roundtrip() -> None:
+    payload = cp.encode_snapshot(cp.SnapshotAction.START, [("shop", "orders"), ("shop", "Liège")], "id > 100")
+    assert payload == (
+        b"\x00"
+        + struct.pack("<I", 2)
+        + cp.lstring(b"shop")
+        + cp.lstring(b"orders")
+        + cp.lstring(b"shop")
+        + cp.lstring("Liège".encode())
+        + cp.lstring(b"id > 100")
+    )
+    assert cp.decode_request(Command.SNAPSHOT, payload) == cp.SnapshotRequest(
+        0, (("shop", "orders"), ("shop", "Liège")), "id > 100"
+    )
+    for action in (cp.SnapshotAction.CANCEL, cp.SnapshotAction.STATUS):
+        request = cp.decode_request(Command.SNAPSHOT, cp.encode_snapshot(action, [("s", "t")]))
+        assert request == cp.SnapshotRequest(action, (("s", "t"),), "")
+    assert cp.encode_snapshot(2, [("s", "t")]).endswith(b"\x01\x00\x00\x00\x00")  # Where "" is one NUL
+
+
+def test_snapshot_reply_bytes_and_roundtrip() -> None:
+    items = [cp.SnapshotItem(7, cp.SnapshotState.RUNNING, 1500, 4000), cp.SnapshotItem(8, 0), cp.SnapshotItem(0, 0xFF)]
+    payload = cp.encode_snapshot_reply(items)
+    assert payload == struct.pack("<I", 3) + struct.pack("<QBQQ", 7, 1, 1500, 4000) + struct.pack(
+        "<QBQQ", 8, 0, 0, 2**64 - 1
+    ) + struct.pack("<QBQQ", 0, 0xFF, 0, 2**64 - 1)
+    header, body = cp.decode_reply_frame(cp.snapshot_reply(items))
+    assert header.result == Result.OK and cp.decode_snapshot_reply(body) == items
+    assert [(i.state_name, i.active) for i in items] == [("running", True), ("pending", True), ("none", False)]
+    assert cp.SnapshotItem(1, 9).state_name == "0x09"
+    for bad, message in ((payload[:-1], "Count 3"), (payload + b"\x00", "Count 3"), (b"", "Count")):
+        with pytest.raises(MalformedPayload, match=message):
+            cp.decode_snapshot_reply(bad)
+
+
 def test_ack_status_removefilter_replies() -> None:
     assert cp.decode_ack_reply(cp.ack_reply(10, 3)[9:]) == cp.AckReply(10, 3)
     assert cp.decode_removefilter_reply(cp.removefilter_reply(True)[9:]) is True
@@ -463,6 +595,16 @@ MALFORMED: list[tuple[int, bytes, type[ProtocolError], str]] = [
     (Command.ACK, b"\x00" * 9, MalformedPayload, "1 unexpected bytes"),
     (Command.REMOVEFILTER, b"", MalformedPayload, "REMOVEFILTER: FilterType"),
     (Command.REMOVEFILTER, b"\x09" + cp.lstring(b"s") + cp.lstring(b"t"), MalformedPayload, "FilterType 0x09"),
+    (Command.SNAPSHOT, b"\x00\x01\x00", MalformedPayload, "SNAPSHOT: Action/TableCount at offset 0 needs 5"),
+    (Command.SNAPSHOT, cp.encode_snapshot(3, [("s", "t")]), MalformedPayload, "Action 0x03 at offset 0"),
+    (Command.SNAPSHOT, cp.encode_snapshot(0, []), MalformedPayload, "TableCount 0 at offset 1"),
+    (Command.SNAPSHOT, b"\x00\xff\xff\xff\xff" + bytes(40), MalformedPayload, "TableCount 4294967295"),
+    (Command.SNAPSHOT, cp.encode_snapshot(0, [("s", "")]), MalformedPayload, "table 0 Table at offset 11 is empty"),
+    (Command.SNAPSHOT, cp.encode_snapshot(0, [("", "t")]), MalformedPayload, "table 0 Schema at offset 5 is empty"),
+    (Command.SNAPSHOT, cp.encode_snapshot(1, [("s", "t")], "x"), MalformedPayload, "Where at offset 17 must be empty"),
+    (Command.SNAPSHOT, cp.encode_snapshot(2, [("s", "t")], "x"), MalformedPayload, "must be empty for STATUS"),
+    (Command.SNAPSHOT, cp.encode_snapshot(0, [("s", "t")])[:-1], MalformedPayload, "Where at offset 21 needs 1"),
+    (Command.SNAPSHOT, cp.encode_snapshot(0, [("s", "t")]) + b"x", MalformedPayload, "1 unexpected bytes"),
     (0x00, b"", UnknownCommand, "command 0x0000 is unknown"),
     (0x06, b"", UnknownCommand, "command 0x0006"),
     (0xFFFF, b"x", UnknownCommand, "command 0xffff"),
@@ -546,6 +688,7 @@ def valid_requests() -> list[tuple[int, bytes]]:
         (Command.ACK, cp.encode_ack(5)),
         (Command.REMOVEFILTER, cp.encode_removefilter(1, "s", "t")),
         (Command.STATUS, b""),
+        (Command.SNAPSHOT, cp.encode_snapshot(0, [("shop", "orders"), ("shop", "items")], "id > 5")),
     ]
 
 
@@ -595,12 +738,15 @@ def test_random_garbage_replies_only_raise_protocol_errors() -> None:
         cp.decode_ack_reply,
         cp.decode_removefilter_reply,
         cp.decode_status_reply,
+        cp.decode_snapshot_reply,
     ]
     samples = [
         cp.encode_poll(2, 1, 2, "s", "t", COLUMNS),
         cp.encode_pollv2(2, 1, 2, 3, "s", "t", COLUMNS),
         b"".join(cp.encode_fetch_reply(1, [cp.encode_event(make_event(i)) for i in range(3)])),
         cp.encode_status_reply(cp.Status(1, "n", filters=[cp.FilterInfo(1, 0, 0, "s", "t")])),
+        cp.encode_snapshot_reply([cp.SnapshotItem(1, 1, 2, 3), cp.SnapshotItem(0, 0xFF)]),
+        b"".join(cp.encode_fetch_reply(0, [marker_record(1, cp.RecordType.SNAPSHOT_END), snapshot_row(2)])),
     ]
     for i in range(1000):
         if i % 2:

@@ -124,6 +124,10 @@ def test_config_path_from_environment(tmp_path: Path) -> None:
         ("", {"RELAY_SERVER_SOURCEPORT": "-1"}, "RELAY_SERVER_SOURCEPORT: -1 is out of range"),
         ("", {"DATABASE_URL": "mysql://x"}, "DATABASE_URL: 'mysql://x' must start with postgres://"),
         ("[Server\nbroken", {}, "config file"),
+        ("[Snapshot]\nMethod=lock\n", {}, "[Snapshot] Method: 'lock' is not one of auto, consistent-snapshot"),
+        ("[Snapshot]\nChunkRows=0\n", {}, "[Snapshot] ChunkRows: 0 is out of range"),
+        ("", {"RELAY_SNAPSHOT_ROWSPERSECOND": "fast"}, "RELAY_SNAPSHOT_ROWSPERSECOND: 'fast' is not a whole number"),
+        ("[Snapshot]\nSignalTable=marks\n", {}, "[Snapshot] SignalTable: 'marks' is not SCHEMA.TABLE"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, environ: dict[str, str], message: str) -> None:
@@ -226,3 +230,16 @@ def test_manage_py_takes_config_off_the_command_line() -> None:
     assert manage.take_config_option(["m", "shell", "--", "--config", "x"], environ)[-2:] == ["--config", "x"]
     with pytest.raises(SystemExit, match="--config needs"):
         manage.take_config_option(["manage.py", "runbinlog", "--config"], {})
+
+
+def test_snapshot_keys(tmp_path: Path) -> None:
+    default = load_config(write(tmp_path, ""), environ={}).snapshot
+    assert (default.method, default.chunk_rows, default.rows_per_second) == ("auto", 2_000, 0.0)
+    text = "[snapshot]\nmethod=Watermark\nchunkrows=500\nRowsPerSecond=10000\nSignalTable=ops.marks\n"
+    chosen = load_config(write(tmp_path, text), environ={}).snapshot
+    assert (chosen.method, chosen.chunk_rows, chosen.rows_per_second, chosen.signal_table) == (
+        "watermark",
+        500,
+        10_000.0,
+        "ops.marks",
+    )

@@ -1,6 +1,7 @@
 """The filter index: exact and wildcard names, event masks, one subscription per client, earliest filter wins."""
 
-from relay.worker.filterindex import FilterIndex, FilterSpec, NamePattern, name_matches
+from relay.store.patterns import NamePattern, name_matches
+from relay.worker.filterindex import FilterIndex, FilterSpec
 
 
 def spec(filter_id: int, client: int, mask: int, schema: str, table: str, limit: int = 0, policy: int = 0):

@@ -12,6 +12,7 @@ from django.utils import timezone
 from relay.models import WorkerStatus
 from relay.web.metrics import CONTENT_TYPE, escape_label
 from tests.helpers.dashboard_data import HOSTILE, PASSWORD, QUOTED, UNICODE
+from tests.helpers.snapshot_data import add_snapshots
 
 pytestmark = pytest.mark.django_db
 
@@ -137,3 +138,37 @@ def test_standby_age_is_exported(filled) -> None:
     WorkerStatus.objects.update(standby_pid=7, standby_heartbeat=timezone.now() - timedelta(seconds=3))
     line = next(x for x in render_metrics().splitlines() if x.startswith("relay_worker_standby_age_seconds{"))
     assert 2.5 < float(line.split()[-1]) < 60
+
+
+def test_snapshots(client: HttpClient, filled) -> None:
+    """Each snapshot under way has its gauges, labelled by client, table and id; finished ones only count."""
+    snapshots = add_snapshots(filled)
+    client.login(username="viewer", password=PASSWORD)
+    text = scrape(client)
+    assert all(SAMPLE.match(line) for line in text.splitlines())
+
+    def labels(snapshot) -> str:
+        return (
+            f'{{client_id="{snapshots.client_id}",client="<script>alert(\\"x\\")</script>",schema="shop",'
+            f'table="{snapshot.table_name}",snapshot_id="{snapshot.id}"}}'
+        )
+
+    running, pending = labels(snapshots.running), labels(snapshots.pending)
+    assert samples(text, "relay_snapshot_rows_done") == {running: 2500, pending: 0}
+    assert samples(text, "relay_snapshot_rows_total") == {running: 10_000}  # the pending one's is not known yet
+    assert samples(text, "relay_snapshot_rows_per_second") == {running: 50}
+    assert samples(text, "relay_snapshot_eta_seconds") == {running: 150}
+    assert samples(text, "relay_snapshots") == {
+        '{state="pending"}': 1,
+        '{state="running"}': 1,
+        '{state="done"}': 1,
+        '{state="cancelled"}': 1,
+        '{state="failed"}': 1,
+    }
+    assert "# TYPE relay_snapshot_rows_done gauge" in text
+
+
+def test_no_snapshots(viewer: HttpClient) -> None:
+    text = scrape(viewer)
+    assert samples(text, "relay_snapshot_rows_done") == {}
+    assert set(samples(text, "relay_snapshots").values()) == {0}

@@ -15,6 +15,7 @@ from relay import store
 from relay.models import Client, ServedEvent, TableUsage, UsageMinute, WorkerStatus
 from relay.web import charts, dashboard, tableusage
 from tests.helpers.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE
+from tests.helpers.snapshot_data import add_snapshots
 
 pytestmark = pytest.mark.django_db
 
@@ -196,6 +197,44 @@ def test_client_detail_bad_parameters(viewer: HttpClient, filled, query: str) ->
     response = viewer.get(f"/clients/{client_id}/?{query}")
     assert response.status_code == 400
     assert "head" in response.content.decode()
+
+
+def test_client_detail_shows_its_snapshots(viewer: HttpClient, filled) -> None:
+    snapshots = add_snapshots(filled)
+    html = page(viewer, f"/clients/{snapshots.client_id}/")
+    section = html[html.index("<h2>Snapshots</h2>") : html.index("<h2>Queue</h2>")]
+    # Under way first (running, then pending), then the finished ones, the last to finish first.
+    states = re.findall(r'<tr data-state="(\w+)">', section)
+    assert states == ["running", "pending", "cancelled", "failed", "done"]
+    rows = dict(zip(states, section.split('<tr data-state="')[1:], strict=True))
+    running = rows["running"]
+    assert "shop.orders" in running and "RUNNING" in running
+    assert "2,500 / ~10,000" in running and '<progress max="100" value="25">25%</progress> 25%' in running
+    assert '<td class="num">50.0</td>' in running and '<td class="num">2 min 30 s</td>' in running
+    assert "waiting for the worker" in rows["pending"] and "0 / ?" in rows["pending"]
+    assert "1,234 / ~1,200" in rows["done"] and 'value="100"' in rows["done"]
+    assert '<td class="num">\u2013</td>' in rows["done"]  # no ETA once done
+    failed = rows["failed"]
+    assert "FAILED" in failed and "has no primary key and no unique key" in failed
+    assert_escaped(section)  # the hostile table's names and the error that quotes them
+    # A client without snapshots says how to take one.
+    assert "No snapshot asked for" in page(viewer, f"/clients/{filled.client_ids[UNICODE]}/")
+
+
+def test_client_snapshots_lists_the_last_few_finished(filled) -> None:
+    snapshots = add_snapshots(filled)
+    from relay.models import Snapshot
+
+    Snapshot.objects.filter(id=snapshots.pending.id).update(state=Snapshot.State.DONE, finished=timezone.now())
+    for _ in range(dashboard.FINISHED_SNAPSHOTS):
+        extra = Snapshot.objects.create(client_id=snapshots.client_id, schema_name="shop", table_name="old")
+        Snapshot.objects.filter(id=extra.id).update(
+            state=Snapshot.State.DONE, finished=timezone.now() - timedelta(days=1)
+        )
+    rows = dashboard.client_snapshots(snapshots.client_id)
+    assert rows[0].id == snapshots.running.id
+    # The last five to finish, newest first; the older ones are left out.
+    assert [row.table_name for row in rows[1:]] == ["customers", "refunds", QUOTED, "items", "old"]
 
 
 def test_client_detail_unknown_client(viewer: HttpClient, filled) -> None:

@@ -4,7 +4,9 @@ Architecture: one asyncio event loop accepts connections and parses frames (clie
 a small pool of store threads (:mod:`.database`), so a slow query never blocks the loop. Each connection has at most
 one request in flight; each authenticated connection holds a session (:mod:`.queues`) with its own read-ahead of
 its client's queue. Long-polling FETCHes wait on :mod:`.wakeup` (PostgreSQL LISTEN/NOTIFY, or a 10 ms poll of the
-waiting clients' queues on SQLite). The History column is written in batches (:mod:`.history`).
+waiting clients' queues on SQLite). The History column is written in batches (:mod:`.history`). SNAPSHOT requests
+go through the store's snapshot API (:mod:`.snapshots`); a snapshot's rows and markers are rendered by :mod:`.render`
+and passed over by POLL sessions (:mod:`.queues`).
 
 Limits (:class:`ServerOptions`): before AUTH a request's payload is at most ``MAX_UNAUTHENTICATED_PAYLOAD`` and a
 connection must authenticate within ``auth_timeout``; a request begun must arrive within ``io_timeout``; connections
@@ -44,3 +46,12 @@ Delivery semantics:
 from relay.server.server import RelayServer, ServerOptions, serve
 
 __all__ = ["RelayServer", "ServerOptions", "serve"]
+
+import os as _os
+
+if _os.environ.get("TMPX_UVLOOP"):
+    import asyncio as _asyncio
+
+    import uvloop as _uvloop
+
+    _asyncio.set_event_loop_policy(_uvloop.EventLoopPolicy())

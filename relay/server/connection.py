@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+import socket
+import struct
+from typing import TYPE_CHECKING, cast
 
 from django.db import DatabaseError
 
@@ -33,6 +35,7 @@ from clientproto import (
     FilterInfo,
     ProtocolError,
     Result,
+    SnapshotRequest,
     Status,
     UnknownCommand,
     ack_reply,
@@ -43,14 +46,15 @@ from clientproto import (
     decode_request_header,
     error_reply,
     message_reply,
-    poll_reply,
     removefilter_reply,
+    snapshot_reply,
     status_reply,
     verify_request,
 )
 from clientproto.codec import DECODERS, SESSIONLESS_COMMANDS, Request
 from clientproto.header import RequestHeader
 from relay import store
+from relay.server import snapshots
 from relay.server.queues import Delivery, SessionQueue, StaleSession
 from relay.server.wakeup import Waiter
 
@@ -69,23 +73,39 @@ MAX_UNAUTHENTICATED_REQUESTS = 16
 # What a connection is doing, for the timeout sweeper.
 IDLE, READING, BUSY, WRITING = "idle", "reading", "busy", "writing"
 
+#: Bytes a connection keeps of what its client sent ahead while a request is served (past this, reading pauses and
+#: the rest waits with TCP): requests are small, and a client's traffic is in its replies.
+READ_LIMIT = 32 << 10
+
+#: The request header's fields (clientproto.header), unpacked in place from what arrived.
+_unpack_header = struct.Struct("<HHIIIIIII").unpack_from
+
 
 class _Close(Exception):
     """Close this connection after the reply (if any) is sent."""
 
 
-class Connection:
-    def __init__(self, server: RelayServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+class Connection(asyncio.Protocol):
+    """One client connection, as the event loop's protocol callbacks.
+
+    Requests are parsed from what the transport delivers. One request is served at a time: a POLL served from its
+    session's read-ahead and a PING are answered within the callback that brought them (no task, no await); every
+    other request runs as a task, and what arrives meanwhile waits in the buffer (reading pauses past
+    :data:`READ_LIMIT`). A reply counts as delivered once the transport holds none of it (its write buffer limit is
+    0, so ``pause_writing`` says when TCP did not take a reply whole and ``resume_writing`` when it did); the next
+    request is served only then, so a client that does not read its replies stops being read.
+    """
+
+    def __init__(self, server: RelayServer) -> None:
         self.server = server
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "")
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.peer = ""
         #: The remote address, for the per-address connection limit.
-        self.host = str(peer[0]) if isinstance(peer, tuple) and peer else self.peer
+        self.host = ""
         self.session: SessionQueue | None = None
         self.state = IDLE
-        self.since = server.loop.time()
+        self.since = self.loop.time()
         self.closing = False
         #: True while an AUTH of this connection runs: its new session is not registered yet.
         self.authenticating = False
@@ -94,75 +114,150 @@ class Connection:
         self.auth_deadline: float | None = None
         #: Requests sent without a session, since the connection lacks one (bounded: MAX_UNAUTHENTICATED_REQUESTS).
         self.unauthenticated_requests = 0
+        #: Done once the connection is closed and its session handed back (the server's shutdown waits for it).
+        self.finished: asyncio.Future[None] = self.loop.create_future()
         self._waiter: Waiter | None = None
         #: The POLL/FETCH delivery whose reply is being sent: it counts as delivered once the reply is out.
         self._unsent: tuple[SessionQueue, Delivery] | None = None
         #: Loop time of the last PING written as activity (the client's last_seen), see _ping_activity.
         self._ping_written = 0.0
+        #: What arrived and is not served yet: the start of a request, or requests sent ahead.
+        self._input: bytes | bytearray = b""
+        #: The request being served by a task (every request but a PING and a POLL from the read-ahead).
+        self._task: asyncio.Task[None] | None = None
+        #: A reply that TCP has not taken whole yet; whether the connection closes once it has.
+        self._writing = False
+        self._close_after_write = False
+        self._reading_paused = False
+        self._eof = False
+        self._lost = False
+        self._finished = False
 
-    # -- the loop ------------------------------------------------------------------------------------------------
+    # -- transport callbacks --------------------------------------------------------------------------------------
 
-    async def serve(self) -> None:
-        try:
-            while not self.closing and not self.server.stopping:
-                self._enter(IDLE)
-                # The first byte ends IDLE: from there a partial header, like a partial payload, has io_timeout to
-                # arrive, not the idle timeout.
-                first = await self.reader.readexactly(1)
-                self._enter(READING)
-                head = first + await self.reader.readexactly(REQUEST_HEADER_SIZE - 1)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # (uvloop's transports do not derive from asyncio.Transport, but have its methods.)
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer or "")
+        self.host = str(peer[0]) if isinstance(peer, tuple) and peer else self.peer
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A reply is delivered once the transport holds none of it (see the class docstring).
+        transport.set_write_buffer_limits(high=0)
+        if not self.server.admit(self):
+            self.closing = True
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        buffered = self._input
+        if buffered:
+            if type(buffered) is bytes:
+                buffered = bytearray(buffered)
+            buffered += data
+            self._input = buffered
+        else:
+            self._input = data
+        if self._task is not None or self._writing:
+            # The request in flight comes first; what the client sends meanwhile stays with TCP past the limit.
+            if len(self._input) > READ_LIMIT and not self._reading_paused:
+                self._reading_paused = True
+                self.transport.pause_reading()  # type: ignore[union-attr]
+            return
+        self._serve_input()
+
+    def eof_received(self) -> bool:
+        # The requests already received are answered; the connection closes once none is left in flight.
+        self._eof = True
+        if self._task is None and not self._writing:
+            self._close()
+        return True
+
+    def pause_writing(self) -> None:
+        """TCP did not take the reply whole (the transport flags it at once: its high-water mark is 0)."""
+
+    def resume_writing(self) -> None:
+        """The rest of the reply is with TCP now: it counts, and the next request is served."""
+        if self._writing and not self._lost:
+            self._writing = False
+            self._sent(self._close_after_write)
+            if not self.closing:
+                self._serve_input()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self.closing = True
+        self._writing = False
+        self._unsent = None  # a reply the client did not take whole delivers nothing
+        if self._waiter is not None:
+            self._waiter.event.set()  # a long-poll ends now
+        if self._task is None:
+            self._finish()
+        # else the task's end finishes the connection: its session is handed back after its request.
+
+    # -- serving requests -----------------------------------------------------------------------------------------
+
+    def _serve_input(self) -> None:
+        """Serves the requests received, in order, until one runs as a task, waits for TCP, or is incomplete."""
+        data = self._input
+        at = 0
+        end = len(data)
+        served = False
+        while not self.closing and self._task is None and not self._writing:
+            if end - at < REQUEST_HEADER_SIZE:
+                break
+            fields = _unpack_header(data, at)
+            size = fields[2]
+            # Before AUTH only small payloads are read: unauthenticated connections cost a few KiB each.
+            limit = MAX_PAYLOAD if self.session is not None else MAX_UNAUTHENTICATED_PAYLOAD
+            if size > limit:  # the payload is never read
                 try:
-                    # Before AUTH only small payloads are read: unauthenticated connections cost a few KiB each.
-                    limit = MAX_PAYLOAD if self.session is not None else MAX_UNAUTHENTICATED_PAYLOAD
-                    header = decode_request_header(head, max_payload=limit)
-                except ProtocolError as exc:  # PayloadSize over the limit: the payload is never read
+                    decode_request_header(bytes(data[at : at + REQUEST_HEADER_SIZE]), max_payload=limit)
+                except ProtocolError as exc:
                     if self.session is None:
                         exc = type(exc)(f"{exc}; before AUTH the limit is {MAX_UNAUTHENTICATED_PAYLOAD} bytes")
-                    await self._send(error_reply(exc))
-                    break
-                if self.session is None:
-                    self.unauthenticated_requests += 1
-                    if self.unauthenticated_requests > MAX_UNAUTHENTICATED_REQUESTS:
-                        self.server.limit_log.note(
-                            "unauthenticated-requests",
-                            logging.INFO,
-                            f"closed connections that sent over {MAX_UNAUTHENTICATED_REQUESTS} requests without AUTH",
-                        )
-                        break
-                payload = await self.reader.readexactly(header.payload_size) if header.payload_size else b""
-                self._enter(BUSY)
-                reply, close = await self._request(header, payload)
-                if reply:
-                    self._enter(WRITING)
-                    await self._send(reply)
-                if self._unsent is not None:
-                    # The reply is with TCP: its delivery counts now (never if the send failed or timed out).
-                    session, delivery = self._unsent
-                    self._unsent = None
-                    session.sent(delivery)
-                    self.server.history.served(session.client_id, delivery.entries)
-                if self.session is not None:
-                    self.session.schedule_sync()  # what the reply delivered is written now, behind it
-                if close:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away, possibly in the middle of a request: nothing to answer
-        except asyncio.CancelledError:
-            pass  # shutdown of an idle connection, or a timeout
-        except Exception:
-            log.exception("connection %s: unexpected error; closing it", self.peer)
-        finally:
-            self._finish()
+                    self._input = b""
+                    self._send(error_reply(exc), close=True)
+                    return
+            if end - at - REQUEST_HEADER_SIZE < size:
+                break
+            start = at + REQUEST_HEADER_SIZE
+            payload = bytes(data[start : start + size]) if size else b""
+            at = start + size
+            served = True
+            if self.session is None:
+                self.unauthenticated_requests += 1
+                if self.unauthenticated_requests > MAX_UNAUTHENTICATED_REQUESTS:
+                    self.server.limit_log.note(
+                        "unauthenticated-requests",
+                        logging.INFO,
+                        f"closed connections that sent over {MAX_UNAUTHENTICATED_REQUESTS} requests without AUTH",
+                    )
+                    self._input = b""
+                    self._close()
+                    return
+            self._request(RequestHeader._make(fields), payload)
+        if self.closing:
+            self._input = b""
+            return
+        self._input = data[at:] if at else data
+        state = BUSY if self._task is not None else WRITING if self._writing else READING if self._input else IDLE
+        if served or state != self.state:
+            # The first byte of a request starts its io_timeout (READING); a reply starts the idle timeout.
+            self.state = state
+            self.since = self.loop.time()
+        if self._reading_paused and state in (IDLE, READING):
+            self._reading_paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        if self._eof and state == IDLE:
+            self._close()
 
-    def _enter(self, state: str) -> None:
-        self.state = state
-        self.since = self.server.loop.time()
-
-    async def _send(self, frame: bytes) -> None:
-        self.writer.write(frame)  # header and payload in one buffer: one write, as the PHP client needs
-        await self.writer.drain()
-
-    async def _request(self, header: RequestHeader, payload: bytes) -> tuple[bytes, bool]:
+    def _request(self, header: RequestHeader, payload: bytes) -> None:
         # Order of the checks: checksum (0xFF, close), unknown command (0xFD), session (0xFB; an unauthenticated
         # connection learns nothing about payloads), payload (0xFA).
         command = header.command
@@ -173,17 +268,101 @@ class Connection:
             if command not in SESSIONLESS_COMMANDS:
                 session = self.session
                 if session is None or header.client_id != session.client_id or header.token != session.token:
-                    return bad_session_reply(header.client_id, header.token), False
+                    self._send(bad_session_reply(header.client_id, header.token))
+                    return
             request = decode_request(command, payload)
         except BadChecksum as exc:
             log.info("connection %s: %s; closing", self.peer, exc)
-            return error_reply(exc), True
+            self._send(error_reply(exc), close=True)
+            return
         except ProtocolError as exc:
-            return error_reply(exc), exc.close
+            self._send(error_reply(exc), close=exc.close)
+            return
+        # Served here, without a task: a POLL the read-ahead answers, and a PING that writes no activity.
+        if command == Command.POLL or command == Command.POLLV2:
+            session = self.session
+            assert session is not None
+            delivery = session.take(command == Command.POLLV2)
+            if delivery is not None:
+                self._unsent = (session, delivery)
+                self._send(delivery.payload)
+                return
+        elif command == Command.PING and (
+            self.session is None or self.loop.time() - self._ping_written < PING_ACTIVITY_SECONDS
+        ):
+            self._send(PONG_REPLY)
+            return
+        self._task = self.loop.create_task(self._serve(header, request))
+
+    async def _serve(self, header: RequestHeader, request: Request) -> None:
+        """A request that needs the store (or waits): its reply is sent when it has one."""
+        reply = b""
+        close = True
         try:
-            return await self._dispatch(header, request), False
-        except _Close:
-            return b"", True
+            try:
+                reply = await self._dispatch(header, request)
+                close = False
+            except _Close:
+                pass
+        except asyncio.CancelledError:
+            pass  # the connection is being closed (timeout, shutdown)
+        except Exception:
+            log.exception("connection %s: unexpected error; closing it", self.peer)
+        finally:
+            self._task = None
+        if self._lost:
+            self._finish()
+            return
+        if reply:
+            self._send(reply, close=close)
+        elif close:
+            self._close()
+        if not self.closing and not self._writing:
+            self._serve_input()
+
+    def _send(self, frame: bytes, close: bool = False) -> None:
+        """Writes a reply: header and payload in one buffer, one write, as the PHP client needs."""
+        transport = self.transport
+        assert transport is not None
+        if self._lost or transport.is_closing():
+            self._unsent = None
+            return
+        transport.write(frame)
+        if transport.get_write_buffer_size():
+            # TCP did not take it whole: it counts at resume_writing (or never, if the connection is lost first).
+            self._writing = True
+            self._close_after_write = close
+            self.state = WRITING
+            self.since = self.loop.time()
+            return
+        self._sent(close)
+
+    def _sent(self, close: bool) -> None:
+        """The reply is with TCP: its delivery counts now (never if the send failed or timed out)."""
+        unsent = self._unsent
+        if unsent is not None:
+            self._unsent = None
+            session, delivery = unsent
+            session.sent(delivery)
+            self.server.history.served(session.client_id, delivery.entries)
+        if self.session is not None:
+            self.session.schedule_sync()  # what the reply delivered is written now, behind it
+        if close or self.server.stopping:
+            self._close()
+
+    def _close(self) -> None:
+        """Closes after what was written (the transport sends it first)."""
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Closes now, dropping what is unsent (a timeout, an eviction, the end of the shutdown grace)."""
+        self.closing = True
+        if self._task is not None:
+            self._task.cancel()
+        if self.transport is not None:
+            self.transport.abort()
 
     # -- commands ------------------------------------------------------------------------------------------------
 
@@ -231,6 +410,11 @@ class Connection:
                 return removefilter_reply(filter_removed)
             if command == Command.STATUS:
                 return await self._status(session)
+            if command == Command.SNAPSHOT:
+                assert isinstance(request, SnapshotRequest)
+                await session.check()
+                items = await self.server.threads.run(snapshots.run, session.client_id, request)
+                return snapshot_reply(items)
         except StaleSession:
             # A newer AUTH for this client (here or in another relay process) replaced the token.
             log.info("connection %s: session of client %d was replaced", self.peer, session.client_id)
@@ -280,18 +464,14 @@ class Connection:
         return auth_reply(request.key, opened.token, opened.client_id)
 
     async def _poll(self, session: SessionQueue, v2: bool) -> bytes:
-        # A POLL may be served from the read-ahead without a store call: first hear whether a newer session of this
-        # client was announced (by any relay process); if so the read-ahead is dropped and the store decides.
-        self.server.notifier.pending()
+        # The read-ahead had nothing to send (or the session is stale): the store decides.
         delivery = await session.poll(v2)
         if delivery is None:
             return EMPTY_REPLY
         self._unsent = (session, delivery)
-        assert isinstance(delivery.payload, bytes)
-        return poll_reply(delivery.payload)
+        return delivery.payload
 
     async def _fetch(self, session: SessionQueue, request: FetchRequest) -> bytes:
-        self.server.notifier.pending()  # as for POLL: an auto-ack FETCH may be served from its read-ahead
         loop = self.server.loop
         deadline = loop.time() + request.wait_ms / 1000
         ack_upto = request.ack_upto
@@ -330,22 +510,24 @@ class Connection:
     # -- ending --------------------------------------------------------------------------------------------------
 
     def kick(self) -> None:
-        """Close this connection: a newer connection authenticated with the same name, or it timed out."""
-        self.closing = True
+        """Close this connection: a newer connection authenticated with the same name."""
         self.session = None  # the newer session owns the client now; do not mark it disconnected
         if self._waiter is not None:
             self._waiter.event.set()
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        self._close()
 
     def _finish(self) -> None:
+        """The connection is closed and no request of it is in flight: hand its session back, count it out."""
+        if self._finished:
+            return
+        self._finished = True
         self.closing = True
         if self.session is not None:
             self.server.session_ended(self, self.session)
             self.session = None
+        self.server.release(self)
         self.server.unregister(self)
-        with contextlib.suppress(Exception):
-            self.writer.close()
+        self.finished.set_result(None)
 
 
 def _add_filter(session: SessionQueue, request: AddFilterRequest) -> None:

@@ -4,7 +4,9 @@ A session's state lives on the event loop (this object); the store work runs in 
 functions that take a snapshot and return results, so no state is shared between threads.
 
 * **Read-ahead**: a POLL session reads the next :data:`READ_AHEAD` entries of its queue in one query and serves
-  POLLs from memory; an empty read-ahead costs one store call that also writes what is pending (below).
+  POLLs from memory; an empty read-ahead costs one store call that also writes what is pending (below). The entries
+  are rendered as they are read, in the store thread (:func:`render.poll_render`): a POLL served from the read-ahead
+  only adds its QueueSize and checksum (:meth:`SessionQueue.take`, called by the connection without a task).
 * **Write-behind**: what a session delivers (the head it moved with POLL or auto-ack FETCH, its manual-ack cursor,
   its served count) is written to the store *after* the reply is sent, by one UPDATE that coalesces every delivery
   since the previous one (:meth:`SessionQueue.schedule_sync`), :data:`SYNC_DELAY` after the first of them; one is in
@@ -16,6 +18,10 @@ functions that take a snapshot and return results, so no state is shared between
   is refused, the session is marked stale, and its next request gets 0xFB. Positions only move forward: the store
   wins when it is ahead (the worker's unqueue-oldest policy, a purge, an ACK), and the read-ahead drops what the
   store has passed.
+* **Snapshot markers** (the SNAPSHOT_START/END records around a table's snapshot) are for FETCH only: a POLL session
+  passes over them, moving its head past them as if delivered, and serves the next entry; a queue holding only
+  markers answers EMPTY, its head moved past them all the same. They are not counted as served, nor listed in the
+  History column: both tell what the client received. POLL's QueueSize leaves out the markers read ahead.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import NamedTuple, TypeVar
 
 from django.db import DatabaseError
 
+from binlog.constants import SNAPSHOT_MARKERS
 from relay import store
 from relay.server import render
 from relay.server.database import StoreThreads
@@ -58,10 +65,11 @@ class Pending(NamedTuple):
 
 @dataclass(slots=True)
 class Delivery:
-    """What a POLL or FETCH found: the entries sent, the reply payload (POLL) or whole reply frame (FETCH), and what
-    is left. The session counts it as delivered only at :meth:`SessionQueue.sent`, once the reply went out."""
+    """What a POLL or FETCH found: the entries sent, the whole reply frame, and what is left. The session counts it
+    as delivered only at :meth:`SessionQueue.sent`, once the reply went out."""
 
     entries: list[StoredEntry]
+    #: The whole reply frame.
     payload: bytes
     queue_size: int
     #: Seq of the last entry in the reply.
@@ -83,11 +91,24 @@ def _sync(client_id: int, token: int, pending: Pending | None) -> Bounds:
     return bounds
 
 
-def _refill(client_id: int, token: int, pending: Pending | None, limit: int) -> tuple[Bounds, list[StoredEntry]]:
+#: An entry of a POLL read-ahead: the stored entry and its reply, rendered but for QueueSize (None for a snapshot
+#: marker, which POLL never sends).
+Ahead = tuple[StoredEntry, render.PollRender | None]
+
+
+def _refill(
+    client_id: int, token: int, pending: Pending | None, limit: int, v2: bool, instance_id: int
+) -> tuple[Bounds, list[Ahead]]:
+    """Writes what is pending, reads the next ``limit`` entries and renders them for POLL (or POLLV2), here in the
+    store thread rather than on the event loop."""
     bounds = _sync(client_id, token, pending)
     if bounds.last_seq <= bounds.acked_seq:
         return bounds, []
-    return bounds, store.read_entries(client_id, bounds.acked_seq, limit)
+    poll_render = render.poll_render
+    return bounds, [
+        (entry, None if entry.kind in SNAPSHOT_MARKERS else poll_render(entry, v2, instance_id))
+        for entry in store.read_entries(client_id, bounds.acked_seq, limit)
+    ]
 
 
 def _fetch(
@@ -145,7 +166,9 @@ class SessionQueue:
     stale: bool = False
     _served: int = 0
     _dirty: bool = False
-    _ahead: deque[StoredEntry] = field(default_factory=deque)
+    _ahead: deque[Ahead] = field(default_factory=deque)
+    #: Snapshot markers in ``_ahead``: POLL's QueueSize leaves them out.
+    _ahead_markers: int = 0
     _sync_task: asyncio.Task[None] | None = None
     #: The write-behind store call in flight, if any (the sync task spends most of its life sleeping before it).
     _writing: asyncio.Future[Bounds] | None = None
@@ -173,8 +196,9 @@ class SessionQueue:
     def _apply(self, bounds: Bounds) -> None:
         if bounds.acked_seq > self.acked:  # the store moved the head (discard policy, purge, ACK): follow it
             self.acked = bounds.acked_seq
-            while self._ahead and self._ahead[0].seq <= self.acked:
-                self._ahead.popleft()
+            while self._ahead and self._ahead[0][0].seq <= self.acked:
+                if self._ahead.popleft()[1] is None:
+                    self._ahead_markers -= 1
         self.delivered = max(self.delivered, self.acked)
         self.last = max(bounds.last_seq, self.acked)
 
@@ -275,32 +299,62 @@ class SessionQueue:
             except StaleSession:
                 self.stale = True
 
+    def _clear_ahead(self) -> None:
+        self._ahead.clear()
+        self._ahead_markers = 0
+
     def forget_read_ahead(self) -> None:
         """The next POLL or FETCH reads the store (which checks the token) instead of serving from memory: a newer
         session of this client was announced."""
-        self._ahead.clear()
+        self._clear_ahead()
         self._next_for = (-1, -1)  # no FETCH asks for this: the FETCH read-ahead in flight, if any, is dropped
 
     # -- commands -------------------------------------------------------------------------------------------------
 
     async def poll(self, v2: bool) -> Delivery | None:
-        """Takes the head of the queue (POLL/POLLV2, auto-ack); None when the queue is empty."""
-        if self.stale:
-            raise StaleSession
-        if not self._ahead:
-            bounds, entries = await self._call(_refill, READ_AHEAD)
+        """Takes the head of the queue (POLL/POLLV2, auto-ack); None when the queue is empty or holds only snapshot
+        markers, which POLL passes over."""
+        while True:
+            if self.stale:
+                raise StaleSession
+            delivery = self.take(v2)
+            if delivery is not None:
+                return delivery
+            bounds, ahead = await self._call(_refill, READ_AHEAD, v2, self.instance_id)
             self._apply(bounds)
-            self._ahead = deque(entry for entry in entries if entry.seq > self.acked)
+            acked = self.acked
+            self._ahead = deque(item for item in ahead if item[0].seq > acked)
+            self._ahead_markers = sum(1 for item in self._ahead if item[1] is None)
             if not self._ahead:
                 return None
-        entry = self._ahead.popleft()
-        left = max(0, self.last - entry.seq)
-        payload = render.pollv2_payload(entry, left, self.instance_id) if v2 else render.poll_payload(entry, left)
-        return Delivery([entry], payload, left, top=entry.seq)
+
+    def take(self, v2: bool) -> Delivery | None:
+        """The head of the read-ahead as a POLL (or POLLV2) reply, without a store call; None when the read-ahead
+        has no entry to send (empty, only snapshot markers, or the session is stale): :meth:`poll` then asks the
+        store. Snapshot markers before the entry are passed over, the head moved past them."""
+        ahead = self._ahead
+        if self.stale:
+            return None
+        while ahead:
+            entry, rendered = ahead.popleft()
+            if rendered is not None:
+                break
+            # Never sent to POLL, so the head moves past it now, whatever becomes of this request's reply; it is
+            # written with the next store call or by the write-behind.
+            self._ahead_markers -= 1
+            self.acked = max(self.acked, entry.seq)
+            self.delivered = max(self.delivered, self.acked)
+            self._dirty = True
+        else:
+            return None
+        if rendered.v2 != v2:  # the read-ahead was rendered for the other command
+            rendered = render.poll_render(entry, v2, self.instance_id)
+        left = max(0, self.last - entry.seq - self._ahead_markers)
+        return Delivery([entry], render.poll_frame(rendered, left), left, top=entry.seq)
 
     async def fetch(self, max_events: int, manual_ack: bool, ack_upto: int, byte_budget: int) -> Delivery | None:
         """A FETCH batch (after acknowledging up to ``ack_upto``); None when nothing is pending."""
-        self._ahead.clear()  # FETCH reads its own batch: a POLL read-ahead would only go stale
+        self._clear_ahead()  # FETCH reads its own batch: a POLL read-ahead would only go stale
         self._next_wanted = None
         result = None
         if self._next is not None:
@@ -341,7 +395,7 @@ class SessionQueue:
 
     async def ack(self, seq: int) -> tuple[int, int]:
         """ACK: (acked_seq after it, entries it removed)."""
-        self._ahead.clear()
+        self._clear_ahead()
         bounds, acked, removed = await self._call(_ack, seq)
         self._apply(bounds)
         return acked, removed

@@ -5,20 +5,44 @@ record's column bytes already: a FETCH record is its fixed fields followed by th
 for POLL and POLLV2, the columns become the (name, before, after) tuples the clientproto encoders take: ``bytes`` for
 a value, ``None`` for SQL NULL, ``ABSENT`` for an image the event does not carry or a column a partial row image left
 out. The legacy encoders render NULL as the text ``NULL`` and ABSENT as ``""``, as the original clients expect.
+
+POLL and POLLV2 replies are rendered in two steps: when a session's read-ahead is filled (in the store thread) each
+entry becomes a :class:`PollRender`, the reply less its QueueSize; when the POLL is answered, :func:`poll_frame` adds
+QueueSize and the frame's checksum, which is a byte sum and so needs only QueueSize's four bytes added. A change in
+the record form becomes the legacy columns by copying its record's names and values as they are (both are lstrings),
+with NULL and absent values replaced by the legacy texts, instead of decoding and encoding every column.
+
+Snapshots: a snapshot's row (kind 8) goes out as an INSERT, so the original clients rebuild a table with no change;
+FETCH adds RecordFlags SNAPSHOT after its columns. The markers around a table's snapshot (kinds 16 and 32) are FETCH
+records of their own types (0x10 SNAPSHOT_START, 0x20 SNAPSHOT_END) with the same flag; POLL never sends them (the
+session skips them, relay/server/queues.py).
 """
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from clientproto import Result, encode_columns, encode_poll, encode_pollv2
+from binlog.constants import KIND_DELETE, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START
+from clientproto import RecordFlags, RecordType, Result, encode_columns, encode_poll, encode_pollv2
 from clientproto.extensions import FETCH_REPLY_HEAD
-from clientproto.header import encode_reply
+from clientproto.header import encode_reply, payload_sum
 from clientproto.records import RECORD_HEAD, RECORD_TAIL_FIXED
-from clientproto.wire import EMPTY_LSTRING, name_lstring, text_lstring
+from clientproto.wire import EMPTY_LSTRING, U32, lstring, name_lstring, text_lstring
 from relay.store import StoredEntry
 from relay.store.rowcodec import record_columns, wire_columns
+
+#: The relay's own kinds: (EventType on the wire, RecordFlags of the FETCH record). Every other kind is a row change
+#: of the binlog, sent as its own EventType (1, 2, 4) with no RecordFlags.
+SNAPSHOT_WIRE = {
+    KIND_SNAPSHOT_ROW: (RecordType.INSERT, RecordFlags.SNAPSHOT),
+    KIND_SNAPSHOT_START: (RecordType.SNAPSHOT_START, RecordFlags.SNAPSHOT),
+    KIND_SNAPSHOT_END: (RecordType.SNAPSHOT_END, RecordFlags.SNAPSHOT),
+}
+_SNAPSHOT_TAIL = {kind: (int(wire), bytes((flags,))) for kind, (wire, flags) in SNAPSHOT_WIRE.items()}
+_LEGACY_TYPE = {KIND_SNAPSHOT_ROW: int(RecordType.INSERT)}
 
 
 def event_position(entry: StoredEntry) -> int:
@@ -28,7 +52,7 @@ def event_position(entry: StoredEntry) -> int:
 
 def poll_payload(entry: StoredEntry, queue_size: int) -> bytes:
     return encode_poll(
-        entry.kind,
+        _LEGACY_TYPE.get(entry.kind, entry.kind),
         event_position(entry),
         queue_size,
         entry.schema_name,
@@ -39,7 +63,7 @@ def poll_payload(entry: StoredEntry, queue_size: int) -> bytes:
 
 def pollv2_payload(entry: StoredEntry, queue_size: int, instance_id: int) -> bytes:
     return encode_pollv2(
-        entry.kind,
+        _LEGACY_TYPE.get(entry.kind, entry.kind),
         event_position(entry),
         queue_size,
         instance_id,
@@ -47,6 +71,129 @@ def pollv2_payload(entry: StoredEntry, queue_size: int, instance_id: int) -> byt
         entry.table_name,
         wire_columns(entry.data),
     )
+
+
+# -- POLL and POLLV2 replies, rendered ahead ------------------------------------------------------------------------
+
+#: The reply header (Result, PayloadSize, Checksum) and POLL's fixed fields (EventType, EventPosition, QueueSize).
+_POLL_FRAME_HEAD = struct.Struct("<BIIBQI")
+#: The same for POLLV2, whose fixed fields go on with InstanceID and SchemaNameID (always 0).
+_POLLV2_FRAME_HEAD = struct.Struct("<BIIBQIII")
+_TYPE_AND_POSITION = struct.Struct("<BQ")
+#: POLL's and POLLV2's fixed fields: what the payload holds before SchemaName.
+_POLL_FIXED = 13
+_POLLV2_FIXED = 21
+_MASK32 = 0xFFFFFFFF
+_ZERO_U32 = b"\x00\x00\x00\x00"
+_NULL_LSTRING = lstring(b"NULL")
+_unpack_u32 = U32.unpack_from
+
+
+class PollRender(NamedTuple):
+    """A POLL or POLLV2 reply of one entry, less QueueSize (which depends on the moment it is sent)."""
+
+    v2: bool
+    event_type: int
+    position: int
+    instance_id: int
+    #: The payload after the fixed fields: SchemaName onwards.
+    body: bytes
+    #: PayloadSize plus the byte sum of the payload less QueueSize's bytes: the checksum less QueueSize's share.
+    partial_sum: int
+
+
+def poll_render(entry: StoredEntry, v2: bool, instance_id: int) -> PollRender:
+    """The reply to a POLL (or POLLV2) answered with ``entry``, less QueueSize (:func:`poll_frame`)."""
+    event_type = _LEGACY_TYPE.get(entry.kind, entry.kind)
+    position = event_position(entry)
+    body = _poll_body(entry, v2)
+    # The fixed fields but QueueSize: EventType, EventPosition, and for POLLV2 InstanceID (SchemaNameID is 0).
+    head_sum = sum(_TYPE_AND_POSITION.pack(event_type, position)) + (sum(U32.pack(instance_id)) if v2 else 0)
+    size = (_POLLV2_FIXED if v2 else _POLL_FIXED) + len(body)
+    return PollRender(v2, event_type, position, instance_id, body, size + head_sum + payload_sum(body))
+
+
+def poll_frame(render: PollRender, queue_size: int) -> bytes:
+    """The whole reply frame: byte for byte ``poll_reply(poll_payload(...))`` (or ``pollv2_payload``)."""
+    size = min(queue_size, _MASK32)
+    checksum = (render.partial_sum + (size & 0xFF) + (size >> 8 & 0xFF) + (size >> 16 & 0xFF) + (size >> 24)) & _MASK32
+    body = render.body
+    if render.v2:
+        return (
+            _POLLV2_FRAME_HEAD.pack(
+                Result.OK,
+                _POLLV2_FIXED + len(body),
+                checksum,
+                render.event_type,
+                render.position,
+                size,
+                render.instance_id,
+                0,
+            )
+            + body
+        )
+    return (
+        _POLL_FRAME_HEAD.pack(Result.OK, _POLL_FIXED + len(body), checksum, render.event_type, render.position, size)
+        + body
+    )
+
+
+def _poll_body(entry: StoredEntry, v2: bool) -> bytes:
+    raw = record_columns(entry.data)
+    if raw is not None:
+        columns = _legacy_columns(raw, v2)
+        if columns is not None:
+            if v2:
+                return b"".join((name_lstring(entry.schema_name), _ZERO_U32, name_lstring(entry.table_name), columns))
+            return b"".join((name_lstring(entry.schema_name), name_lstring(entry.table_name), columns))
+    # The JSON form (or a record this function does not take): the reference encoders, less the fixed fields.
+    if v2:
+        return pollv2_payload(entry, 0, 0)[_POLLV2_FIXED:]
+    return poll_payload(entry, 0)[_POLL_FIXED:]
+
+
+def _legacy_columns(raw: bytes, v2: bool) -> bytes | None:
+    """ColumnsCount and the legacy columns from a FETCH record's columns (``raw``): the names and values are
+    lstrings in both, so they are copied as they are; NULL becomes the text NULL and an absent value ``""``. None
+    when ``raw`` is not exactly well-formed columns (the caller then takes the reference encoder's path)."""
+    end = len(raw)
+    try:
+        count = _unpack_u32(raw, 0)[0]
+        parts = [raw[:4]]
+        append = parts.append
+        o = 4
+        for _ in range(count):
+            e = o + 4 + _unpack_u32(raw, o)[0]  # the name lstring ends before e (its NUL at e - 1)
+            if e <= o + 4 or e >= end or raw[e - 1]:
+                return None
+            if v2:
+                append(_ZERO_U32)
+            append(raw[o:e])
+            flags = raw[e]
+            o = e + 1
+            if flags & 0xF0 or (flags & 0x05) == 0x05 or (flags & 0x0A) == 0x0A:
+                return None
+            if flags & 0x05:
+                append(_NULL_LSTRING if flags & 0x01 else EMPTY_LSTRING)
+            else:
+                e = o + 4 + _unpack_u32(raw, o)[0]
+                if e <= o + 4 or e > end or raw[e - 1]:
+                    return None
+                append(raw[o:e])
+                o = e
+            if flags & 0x0A:
+                append(_NULL_LSTRING if flags & 0x02 else EMPTY_LSTRING)
+            else:
+                e = o + 4 + _unpack_u32(raw, o)[0]
+                if e <= o + 4 or e > end or raw[e - 1]:
+                    return None
+                append(raw[o:e])
+                o = e
+    except (struct.error, IndexError):
+        return None
+    if o != end:
+        return None
+    return b"".join(parts)
 
 
 # -- FETCH replies from shared, cached records ----------------------------------------------------------------------
@@ -70,19 +217,24 @@ def fetch_tail(entry: StoredEntry) -> bytes:
 
     Byte for byte what ``clientproto.encode_record`` makes of the entry, less its first 12 bytes: the fixed fields,
     then the stored column bytes (record form), or the columns encoded here from the JSON form (older stores, and
-    text that is not valid UTF-8).
+    text that is not valid UTF-8), then RecordFlags for a snapshot's row or marker.
     """
     columns = record_columns(entry.data)
     if columns is None:
         columns = encode_columns(wire_columns(entry.data))
+    kind = entry.kind
+    flags = b""
+    if kind > KIND_DELETE:  # the relay's own kinds; a row change of the binlog ends with its columns
+        kind, flags = _SNAPSHOT_TAIL[kind]
     return b"".join(
         (
-            _pack_tail_fixed(entry.kind, entry.timestamp & 0xFFFFFFFF, entry.binlog_pos, entry.row_index),
+            _pack_tail_fixed(kind, entry.timestamp & 0xFFFFFFFF, entry.binlog_pos, entry.row_index),
             _name(entry.binlog_file),
             text_lstring(entry.gtid) if entry.gtid else EMPTY_LSTRING,
             _name(entry.schema_name),
             _name(entry.table_name),
             columns,
+            flags,
         )
     )
 

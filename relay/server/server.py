@@ -35,10 +35,9 @@ SESSION_CHECK_INTERVAL = {"postgresql": 2.0, "sqlite": 0.2}
 #: Lines about connection limits (a cap hit, connections closed at their AUTH deadline) are logged at most once per
 #: this many seconds per kind, with the number of occurrences: a flood of connections does not flood the log.
 LIMIT_LOG_INTERVAL = 10.0
-#: What a connection reads ahead of the request it is serving: its StreamReader stops reading past twice this, and
-#: its socket's receive buffer is this size (the kernel doubles it), so one recv brings at most that much. Requests
-#: are small (AUTH about 1 KiB, the largest 1 MiB, read in pieces), so this bounds the memory a client costs
-#: whatever it sends, without slowing anything: a connection's traffic is in its replies.
+#: The receive buffer of a connection's socket (the kernel doubles it), so one read brings at most that much; with
+#: the connection's own READ_LIMIT this bounds the memory a client costs whatever it sends, without slowing anything:
+#: requests are small (AUTH about 1 KiB, the largest 1 MiB, read in pieces), a connection's traffic is its replies.
 READ_BUFFER = 16 << 10
 #: A connection without a session can be closed to make room for a new one only once it has been without one for
 #: this long: a flood arriving faster than clients can send PING and AUTH would otherwise close every newcomer (the
@@ -120,7 +119,6 @@ class RelayServer:
         self._unauthenticated_by_address: dict[str, dict[Connection, None]] = {}
         #: Lines about connection limits, throttled (connections report theirs here too).
         self.limit_log = ThrottledLog(LIMIT_LOG_INTERVAL)
-        self._tasks: dict[Connection, asyncio.Task[None]] = {}
         self._by_client: dict[int, Connection] = {}
         self._auth_locks = [asyncio.Lock() for _ in range(_AUTH_LOCKS)]
         self._session_closes: set[asyncio.Task[None]] = set()
@@ -142,13 +140,12 @@ class RelayServer:
         self.notifier = make_notifier(self.threads, self.session_announced)
         await self.notifier.start()
         self.history.start()
-        self._listener = await asyncio.start_server(
-            self._accept,
+        self._listener = await self.loop.create_server(
+            lambda: Connection(self),
             self.options.address,
             self.options.port,
             reuse_address=True,
             backlog=1024,
-            limit=READ_BUFFER,
         )
         for sock in self._listener.sockets:
             # Accepted sockets inherit it: requests are small, and what a client sends ahead is kept by TCP, not here.
@@ -207,14 +204,16 @@ class RelayServer:
         if self._reporter is not None:
             self._reporter.cancel()
         await self.notifier.stop()  # long-polling FETCHes answer now (empty) instead of waiting out WaitMs
-        for conn, task in list(self._tasks.items()):
+        # Idle connections close now; the others after the reply to the request they are on (Connection._sent).
+        for conn in list(self.connections):
             if conn.state == IDLE:
-                task.cancel()
-        tasks = list(self._tasks.values())
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
-            for task in late:
-                task.cancel()
+                conn.abort()
+        waiting = [conn.finished for conn in self.connections]
+        if waiting:
+            _, late = await asyncio.wait(waiting, timeout=self.options.shutdown_grace)
+            for conn in list(self.connections):
+                if not conn.finished.done():
+                    conn.abort()
             if late:
                 await asyncio.wait(late, timeout=5)
         if self._session_closes:
@@ -230,30 +229,11 @@ class RelayServer:
 
     # -- connections ----------------------------------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # drain() then returns only once the whole reply is with TCP, which is when a POLL or FETCH reply counts as
-        # delivered (Connection.serve); a client reads a reply whole before its next request, so nothing waits more.
-        writer.transport.set_write_buffer_limits(high=0)
-        conn = Connection(self, reader, writer)
-        if self.stopping or not self._admit(conn):
-            writer.close()
-            return
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks[conn] = task
-        try:
-            await conn.serve()
-        finally:
-            self._release(conn)
-            self._tasks.pop(conn, None)
-
-    def _admit(self, conn: Connection) -> bool:
-        """Counts ``conn`` in, making room under the limits by closing the oldest connections without a session;
-        False (refused) when every connection under a full limit has a session."""
+    def admit(self, conn: Connection) -> bool:
+        """Counts a new connection in, making room under the limits by closing the oldest connections without a
+        session; False (refused) when the server is stopping or every connection under a full limit has a session."""
+        if self.stopping:
+            return False
         options = self.options
         host = conn.host
         if self._per_address.get(host, 0) >= options.max_connections_per_address:
@@ -304,14 +284,11 @@ class RelayServer:
         return False
 
     def _close_now(self, conn: Connection) -> None:
-        self._release(conn)  # counted out at once: its task ends at its next await
-        conn.closing = True
-        task = self._tasks.get(conn)
-        if task is not None:
-            task.cancel()
+        self.release(conn)  # counted out at once: its transport closes at the loop's next turn
+        conn.abort()
 
-    def _release(self, conn: Connection) -> None:
-        """Counts a connection out (once: eviction and the end of its task both call this)."""
+    def release(self, conn: Connection) -> None:
+        """Counts a connection out (once: eviction and the connection's end both call this)."""
         if conn not in self.connections:
             return
         self.connections.discard(conn)
@@ -473,10 +450,7 @@ class RelayServer:
                 )
                 if conn.state != BUSY and limit is not None and now - conn.since > limit:
                     log.info("connection %s: %s for %.0fs; closing", conn.peer, conn.state, now - conn.since)
-                    task = self._tasks.get(conn)
-                    conn.closing = True
-                    if task is not None:
-                        task.cancel()
+                    conn.abort()
 
 
 async def serve(secret: str, options: ServerOptions, *, install_signals: bool = True) -> None:

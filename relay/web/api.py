@@ -197,6 +197,27 @@ def client_data(row: dashboard.ClientRow) -> dict[str, Any]:
     }
 
 
+def snapshot_data(row: dashboard.SnapshotRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "schema": row.schema_name,
+        "table": row.table_name,
+        "where": row.where,
+        "state": row.state,
+        "rows_done": row.rows_done,
+        "rows_total_estimate": row.rows_total,
+        "chunks_done": row.chunks_done,
+        "fraction": row.fraction,
+        "rows_per_second": row.rows_per_second,
+        "eta_seconds": row.eta_seconds,
+        "created": _time(row.created),
+        "started": _time(row.started),
+        "updated": _time(row.updated),
+        "finished": _time(row.finished),
+        "error": row.error,
+    }
+
+
 # The API's own limits on one column value: far above the page's (which cuts for display), so a script gets whole
 # values in all but extreme cases, and is told when it did not ("truncated" lists the sides that were cut).
 API_MAX_TEXT = 65_536  # characters
@@ -272,6 +293,8 @@ def client_detail(request: HttpRequest, head_size: int, client_id: int) -> SafeJ
             **client_data(row),
             "head": [head_data(entry) for entry in dashboard.queue_head(row, head_size)],
             "buildup": [{"timestamp": t, "queued": n} for t, n in dashboard.queue_buildup(row)],
+            # Under way first (running, then pending), then the last few finished, newest first.
+            "snapshots": [snapshot_data(item) for item in dashboard.client_snapshots(row.id)],
         }
     )
 

@@ -32,11 +32,13 @@ from relay.models import (
     QueueState,
     RelayProcess,
     ServedEvent,
+    Snapshot,
     UsageMinute,
     WorkerStatus,
     mask_letters,
 )
 from relay.store import relayprocess, rowcodec
+from relay.store.snapshots import progress
 from relay.web import health
 
 PROTOCOL_VERSION = 0x00010020
@@ -621,3 +623,110 @@ def queue_buildup(row: ClientRow, samples: int = 60) -> list[tuple[int, int]]:
     pairs = store.change_ids_at(row.id, wanted)
     times = dict(Change.objects.filter(id__in=list(pairs.values())).values_list("id", "timestamp"))
     return [(times[pairs[seq]], seq - row.acked_seq) for seq in wanted if seq in pairs and pairs[seq] in times]
+
+
+# -- snapshots ----------------------------------------------------------------------------------------------------
+
+FINISHED_SNAPSHOTS = 5  # finished snapshots a client's page lists after those under way
+_SNAPSHOT_ORDER: dict[str, int] = {Snapshot.State.RUNNING: 0, Snapshot.State.PENDING: 1}
+_SNAPSHOT_CSS: dict[str, str] = {
+    Snapshot.State.PENDING: "state-standby",
+    Snapshot.State.RUNNING: "state-starting",
+    Snapshot.State.DONE: "state-connected",
+    Snapshot.State.CANCELLED: "state-stopped",
+    Snapshot.State.FAILED: "state-failed",
+}
+
+
+@dataclass(frozen=True)
+class SnapshotRow:
+    """A snapshot as the client's page, the API and /metrics show it; the numbers are relay.store.snapshots's
+    :func:`progress`, the one every way of watching a snapshot reads (``manage.py snapshot`` too)."""
+
+    id: int
+    client_id: int
+    client_name: str
+    schema_name: str
+    table_name: str
+    where: str
+    state: str
+    rows_done: int
+    rows_total: int | None  # the table's estimated row count: rows_done may pass it
+    chunks_done: int
+    fraction: float | None
+    rows_per_second: float | None
+    eta_seconds: float | None
+    created: datetime
+    started: datetime | None
+    updated: datetime | None
+    finished: datetime | None
+    error: str
+
+    @property
+    def active(self) -> bool:
+        return self.state in Snapshot.ACTIVE
+
+    @property
+    def percent(self) -> int | None:
+        return None if self.fraction is None else int(self.fraction * 100)
+
+    @property
+    def css(self) -> str:
+        return _SNAPSHOT_CSS.get(self.state, "")
+
+
+# Failed or cancelled: nothing left to wait for, whatever the rate so far would say.
+_ENDED_EARLY = (Snapshot.State.FAILED, Snapshot.State.CANCELLED)
+
+
+def snapshot_row(snapshot: Snapshot, now: datetime) -> SnapshotRow:
+    shown = progress(snapshot, now)
+    return SnapshotRow(
+        id=snapshot.id,
+        client_id=snapshot.client_id,
+        client_name=snapshot.client.name,
+        schema_name=snapshot.schema_name,
+        table_name=snapshot.table_name,
+        where=snapshot.where,
+        state=snapshot.state,
+        rows_done=snapshot.rows_done,
+        rows_total=shown.rows_total,
+        chunks_done=snapshot.chunks_done,
+        fraction=shown.fraction,
+        rows_per_second=shown.rows_per_second,
+        eta_seconds=None if snapshot.state in _ENDED_EARLY else shown.eta_seconds,
+        created=snapshot.created,
+        started=snapshot.started,
+        updated=snapshot.updated,
+        finished=snapshot.finished,
+        error=snapshot.error,
+    )
+
+
+def _active_first(rows: list[SnapshotRow]) -> list[SnapshotRow]:
+    return sorted(rows, key=lambda row: (_SNAPSHOT_ORDER.get(row.state, 2), row.id))
+
+
+def client_snapshots(
+    client_id: int, now: datetime | None = None, finished: int = FINISHED_SNAPSHOTS
+) -> list[SnapshotRow]:
+    """The client's snapshots under way (running ones first, then pending, oldest first), then its last
+    ``finished`` finished ones, newest first: two queries on the client's rows."""
+    now = now or timezone.now()
+    mine = Snapshot.objects.filter(client_id=client_id).select_related("client")
+    active = [snapshot_row(s, now) for s in mine.filter(state__in=Snapshot.ACTIVE)]
+    ended = mine.exclude(state__in=Snapshot.ACTIVE).order_by(F("finished").desc(nulls_last=True), "-id")[:finished]
+    return _active_first(active) + [snapshot_row(s, now) for s in ended]
+
+
+def active_snapshots(now: datetime | None = None) -> list[SnapshotRow]:
+    """Every client's snapshots under way, running ones first (for /metrics)."""
+    now = now or timezone.now()
+    selected = Snapshot.objects.filter(state__in=Snapshot.ACTIVE).select_related("client")
+    return _active_first([snapshot_row(s, now) for s in selected])
+
+
+def snapshot_counts() -> dict[str, int]:
+    """Snapshots in each state, every state listed (0 included)."""
+    counts = dict(Snapshot.objects.order_by().values("state").annotate(n=Count("id")).values_list("state", "n"))
+    return {state: int(counts.get(state, 0)) for state in Snapshot.State.values}

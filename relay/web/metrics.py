@@ -10,6 +10,7 @@ import hmac
 import math
 import os
 from collections.abc import Iterable
+from datetime import datetime
 
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
@@ -216,7 +217,56 @@ def render_metrics() -> str:
                 if attribute is None or getattr(c, attribute) is not None
             ],
         )
+    _snapshot_families(out, now)
     return out.text()
+
+
+def _snapshot_families(out: Exposition, now: datetime) -> None:
+    """Each snapshot under way, labelled by client, table and id, and the number in each state."""
+    under_way = [
+        (
+            {
+                "client_id": str(row.client_id),
+                "client": row.client_name,
+                "schema": row.schema_name,
+                "table": row.table_name,
+                "snapshot_id": str(row.id),
+            },
+            row,
+        )
+        for row in dashboard.active_snapshots(now)
+    ]
+    out.family(
+        "relay_snapshot_rows_done",
+        "gauge",
+        "Rows the snapshot has queued so far (pending and running snapshots).",
+        [(labels, row.rows_done) for labels, row in under_way],
+    )
+    out.family(
+        "relay_snapshot_rows_total",
+        "gauge",
+        "The table's estimated row count, when the worker has read it (an estimate: rows done may pass it).",
+        [(labels, row.rows_total) for labels, row in under_way if row.rows_total is not None],
+    )
+    out.family(
+        "relay_snapshot_rows_per_second",
+        "gauge",
+        "Rows queued per second since the snapshot started (absent until its first rows).",
+        [(labels, row.rows_per_second) for labels, row in under_way if row.rows_per_second is not None],
+    )
+    out.family(
+        "relay_snapshot_eta_seconds",
+        "gauge",
+        "Seconds the snapshot should still take at its rate so far (absent while the total or the rate is unknown).",
+        [(labels, row.eta_seconds) for labels, row in under_way if row.eta_seconds is not None],
+    )
+    out.family(
+        "relay_snapshots",
+        "gauge",
+        "Snapshots in each state, now. A gauge: pending and running go down as snapshots finish; the finished states "
+        "only grow, until their client is deleted.",
+        [({"state": state}, count) for state, count in dashboard.snapshot_counts().items()],
+    )
 
 
 def _authorised(request: HttpRequest) -> int:

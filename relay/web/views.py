@@ -124,6 +124,7 @@ def client_detail(request: HttpRequest, head_size: int, client_id: int) -> HttpR
             "queue_chart": chart,
             "queue_hour_chart": hour_chart,
             "discard_charts": discard_charts,
+            "snapshots": dashboard.client_snapshots(row.id, now),
             "section": "clients",
         },
     )

@@ -21,6 +21,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from binlog.changes import Transaction
+from binlog.constants import KIND_INSERT, SNAPSHOT_KINDS
 from binlog.position import Position
 from binlog.schemahistory import SchemaHistory
 from binlog.table import ColumnInfo, TableInfo
@@ -44,7 +45,7 @@ from relay.store.filters import filter_version
 from relay.store.schemahistory import StoreHistory
 from relay.store.sql import table
 from relay.worker import bulk
-from relay.worker.filterindex import FilterIndex, FilterSpec
+from relay.worker.filterindex import FilterIndex, FilterSpec, Subscription
 from relay.worker.usage import UsageTally
 
 log = logging.getLogger("relay.worker")
@@ -170,9 +171,28 @@ class Ingestor:
                 if change.kind != kind or change.table != table or change.schema != schema:
                     break
                 stop += 1
+            if kind in SNAPSHOT_KINDS:
+                # A snapshot's rows go to the client that asked for them alone, under its filter's limit and policy.
+                client_id: int = getattr(first, "client_id", 0)  # a SnapshotRow (relay/worker/snapshots.py)
+                stop = start + 1
+                while stop < total:
+                    change = changes[stop]
+                    if (
+                        change.kind != kind
+                        or getattr(change, "client_id", 0) != client_id
+                        or (change.table, change.schema)
+                        != (
+                            table,
+                            schema,
+                        )
+                    ):
+                        break
+                    stop += 1
+                subscriptions = self._snapshot_subscriptions(client_id, schema, table)
+            else:
+                usage.add_many(schema, table, kind, [change.timestamp for change in changes[start:stop]])
+                subscriptions = match(schema, table, kind)
             count = stop - start
-            usage.add_many(schema, table, kind, [change.timestamp for change in changes[start:stop]])
-            subscriptions = match(schema, table, kind)
             if subscriptions:
                 kept = self._route_run(subscriptions, queues, len(stored), count, by_filter)
                 if kept:
@@ -188,12 +208,11 @@ class Ingestor:
         usage.write()
         self._record_layouts(changes)
         self._count_events(transactions)
-        rows = len(changes)
+        rows = sum(len(tx.changes) for tx in transactions if _from_source(tx))
         WorkerStatus.objects.filter(source=self.source).update(
             rows=F("rows") + rows,
             rows_since_start=F("rows_since_start") + rows,
-            transactions=F("transactions")
-            + sum(1 for tx in transactions if (tx.changes or tx.statements) and not tx.partial),
+            transactions=F("transactions") + sum(1 for tx in transactions if _from_source(tx)),
             heartbeat=timezone.now(),
             **(status or {}),
         )
@@ -243,6 +262,11 @@ class Ingestor:
                 if queue.last - queue.acked > queue.max_queue:
                     queue.max_queue = queue.last - queue.acked
         return kept
+
+    def _snapshot_subscriptions(self, client_id: int, schema: str, table: str) -> tuple[Subscription, ...]:
+        """The subscription of ``client_id`` that inserts of the table would get; none when its filters no longer
+        cover the table (the snapshot's rows then go nowhere, as the table's changes do)."""
+        return tuple(sub for sub in self.index.match(schema, table, KIND_INSERT) if sub.client_id == client_id)
 
     def _queues_for(self, changes: Sequence[object]) -> dict[int, _Queue]:
         if not changes or not len(self.index):
@@ -356,7 +380,9 @@ class Ingestor:
         last_info: TableInfo | None = None
         for change in changes:
             info = change.table_info
-            if info is last_info:  # rows of one event share their TableInfo: skip the signature then
+            if (
+                info is last_info or change.kind in SNAPSHOT_KINDS
+            ):  # rows of one event share their TableInfo: skip the signature then
                 continue
             last_info = info
             key = (info.schema, info.table)
@@ -368,6 +394,13 @@ class Ingestor:
         for key, (info, signature) in seen.items():
             record_table(info)
             self._recorded_layouts[key] = signature
+
+
+def _from_source(tx: Transaction) -> bool:
+    """A transaction read from the binlog (not a snapshot's chunk placed in the batch), with something in it."""
+    if tx.partial or not (tx.changes or tx.statements):
+        return False
+    return not tx.changes or tx.changes[0].kind not in SNAPSHOT_KINDS
 
 
 CHANGE_COLUMNS = (

@@ -50,6 +50,7 @@ from relay.worker.handoff import Empty, RowBoundedHandoff
 from relay.worker.ingest import Ingestor, write_checkpoint
 from relay.worker.leader import LeaderLock
 from relay.worker.samples import Sampler
+from relay.worker.snapshots import SnapshotCoordinator
 
 Handoff = RowBoundedHandoff["Transaction | BaseException | None"]
 
@@ -139,6 +140,8 @@ class Worker:
         self._sampler = Sampler(self.source)
         # Reported by the schema history in the reader thread (list.append is atomic); written with the next report.
         self._schema_problems: list[str] = []
+        self._snapshots: SnapshotCoordinator | None = None
+        self._applied: Position | None = None  # where the store's checkpoint is: the end of the last batch applied
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -243,6 +246,11 @@ class Worker:
         self._stream = self.stream_factory(
             settings, start, chunk_rows=self.options.chunk_rows, schema_provider=ingestor.history
         )
+        stream = self._stream
+        self._snapshots = SnapshotCoordinator(
+            settings.schema_connect_args(), self.config.snapshot, lambda: getattr(stream, "server_version", "") or ""
+        )
+        self._applied = start
         handoff: Handoff = RowBoundedHandoff(max_rows=max(4 * self.options.chunk_rows, self.options.batch_rows))
         run_over = threading.Event()  # ends this run's reader even when the process goes on (store outage)
         self._last_item_at = time.monotonic()
@@ -272,6 +280,7 @@ class Worker:
         finally:
             run_over.set()
             collector.stop()
+            self._snapshots.close()
             self._stream.close()
         self._set_status(WorkerStatus.State.STOPPED)
         log.info("stopped cleanly")
@@ -421,8 +430,13 @@ class Worker:
                 if should_stop():
                     break
                 wait = batch_seconds - (now - first_at) if pending else 0.25
+                if self._snapshots is not None:
+                    self._snapshots.tick()
+                    wait = min(wait, 0.05) if self._snapshots.busy else wait
                 for tx in self._items(handoff, max(wait, 0.001)):
                     if tx is None:
+                        if not pending:
+                            self._place_idle(ingestor)
                         break
                     if tx.partial:
                         if pending:
@@ -472,6 +486,8 @@ class Worker:
                 rows = 0
                 with transaction.atomic():
                     while True:
+                        if self._snapshots is not None:
+                            self._snapshots.observe(part)
                         ingestor.apply(
                             [part],
                             checkpoint=not part.partial,
@@ -486,6 +502,7 @@ class Worker:
                         if part.part == 0:  # the stream reconnected and starts this transaction again
                             raise _Restart(part)
                     self._sample()
+                self._applied = part.position
                 log.info("applied a transaction of %d rows in parts", rows)
                 return
             except _Restart as restart:
@@ -493,11 +510,31 @@ class Worker:
                 part = restart.part
 
     def _flush(self, ingestor: Ingestor, batch: list[Transaction]) -> None:
+        # A snapshot's chunk due in this batch goes between the transactions before its point and those after it,
+        # and its progress commits with them (relay/worker/snapshots.py).
+        items, placed = (
+            (batch, [])
+            if self._snapshots is None or self._applied is None
+            else self._snapshots.arrange(batch, self._applied)
+        )
         # The status report rides in the batch's transaction (one WorkerStatus write, one commit, one WAL flush).
         with transaction.atomic():
-            ingestor.apply(batch, status=self._progress(batch[-1]))
+            SnapshotCoordinator.record(placed)
+            ingestor.apply(items, status=self._progress(batch[-1]))
             self._sample()
+        self._applied = items[-1].position
         self.changelog.write(batch)
+
+    def _place_idle(self, ingestor: Ingestor) -> None:
+        """While the stream is quiet: a chunk read at the position the worker is at, or a snapshot's end marker."""
+        if self._snapshots is None or self._applied is None:
+            return
+        items, placed = self._snapshots.arrange([], self._applied)
+        if not items:
+            return
+        with transaction.atomic():
+            SnapshotCoordinator.record(placed)
+            ingestor.apply(items)
 
     def _progress(self, last: Transaction) -> dict[str, Any]:
         """The WorkerStatus fields a batch ending with ``last`` reports (written by the ingest's one status update)."""

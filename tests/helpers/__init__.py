@@ -16,6 +16,7 @@ Data and bytes:
 * ``records``: the reference FETCH records of stored changes (the oracle of the server's pre-rendered frames);
 * ``binlog_events``: binlog events built as bytes, and the event bodies captured from real MySQL servers;
 * ``jsonb``: MySQL binary JSON and partial-JSON diffs, encoded from the documented layout;
+* ``binlog_types``: the column type cases (edge values of every MariaDB type) and a binlog span read back from files;
 * ``mysql_payload``: MySQL 8.0 binlogs as bytes (packed integers, ROWS v2, the captured table t10);
 * ``clientproto_frames``: the relay protocol's reference frames;
 * ``pipeline``: the usage pipeline's workload, the events of a binlog file, ``manage.py usagepipeline``.

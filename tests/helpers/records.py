@@ -5,15 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from clientproto import encode_record
+from clientproto import RecordFlags, RecordType, encode_record
 from relay.store import StoredEntry
 from relay.store.rowcodec import wire_columns
 
+#: Stored kinds of the relay's own (PROTOCOL.md section 5.10), written out here rather than taken from the server:
+#: a snapshot row is an INSERT, the markers have types of their own, and all three carry RecordFlags SNAPSHOT.
+WIRE_OF_KIND = {
+    8: (RecordType.INSERT, RecordFlags.SNAPSHOT),
+    16: (RecordType.SNAPSHOT_START, RecordFlags.SNAPSHOT),
+    32: (RecordType.SNAPSHOT_END, RecordFlags.SNAPSHOT),
+}
+
 
 def reference_record(entry: StoredEntry) -> bytes:
+    event_type, flags = WIRE_OF_KIND.get(entry.kind, (entry.kind, 0))
     return encode_record(
         entry.seq,
-        entry.kind,
+        event_type,
         entry.timestamp & 0xFFFFFFFF,
         entry.binlog_file,
         entry.binlog_pos,
@@ -22,6 +31,7 @@ def reference_record(entry: StoredEntry) -> bytes:
         entry.schema_name,
         entry.table_name,
         wire_columns(entry.data),
+        flags,
     )
 
 

@@ -1,0 +1,533 @@
+"""Snapshots in the worker: a table's current rows, read a chunk at a time and queued where the stream makes them exact.
+
+One snapshot runs at a time (the oldest asked for first). A thread reads its next chunk from the source
+(binlog/snapshot.py) while the main thread goes on applying the stream; the main thread queues the chunk in the
+batch that reaches the chunk's point of the stream, placed between the transactions before that point and those
+after it, and writes the snapshot's progress (its last key) in that same store transaction, with the checkpoint. So
+the client's queue holds, in order: every change up to the point, then the chunk's rows as they were at that point,
+then the changes after it. Applied in order (rows as upserts, deletes as deletes), the client's copy equals the
+table. A worker killed at any instant resumes at the checkpoint, and the snapshot after its stored last key.
+
+The chunk's point is (binlog/snapshot.py):
+
+* the consistent snapshot's binlog position: queued after the last transaction ending at or before it;
+* or the high watermark's transaction: queued right after it, without the rows whose keys a change between the two
+  watermarks touched (that change, queued before, carries the newer image or the delete).
+
+A chunk is read only after the previous one was queued, and no sooner than the rate limit allows, so at most one
+chunk is held in memory and a snapshot never takes more of the worker than its settings give it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from binlog.changes import RowChange, Transaction
+from binlog.constants import KIND_INSERT, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START
+from binlog.position import Position
+from binlog.snapshot import (
+    CONSISTENT,
+    STATEMENT_SECONDS,
+    WATERMARK,
+    Chunk,
+    ChunkReader,
+    SignalTable,
+    SnapshotError,
+    TablePlan,
+    decode_key,
+    encode_key,
+    new_mark,
+)
+from binlog.table import TableInfo
+from relay.config import SnapshotConfig
+from relay.models import Snapshot
+
+log = logging.getLogger("relay.worker")
+
+#: How often the store is asked for new, cancelled or resumed snapshots.
+CHECK_SECONDS = 0.5
+#: After a source error, the next chunk read waits this long.
+RETRY_SECONDS = 2.0
+#: MySQL client errors that a later attempt can get past (the source or the network went away).
+_TRANSIENT_ERRORS = frozenset({2003, 2006, 2013, 2055, 1205, 1213})
+
+
+class SnapshotRow(RowChange):
+    """A row of a snapshot (or one of its markers), routed to the one client that asked for it."""
+
+    __slots__ = ("client_id", "snapshot_id")
+
+    def __init__(self, client_id: int, snapshot_id: int, *args: Any) -> None:
+        super().__init__(*args)
+        self.client_id = client_id
+        self.snapshot_id = snapshot_id
+
+
+@dataclass
+class _Job:
+    """The snapshot being read."""
+
+    snapshot_id: int
+    client_id: int
+    schema: str
+    table: str
+    where: str
+    last_key: tuple[object, ...] | None
+    first: bool  # nothing queued yet: the next chunk carries the start marker
+    plan: TablePlan | None = None
+    pending: Future[Any] | None = None  # the plan, then each chunk, read by the thread
+    marks: tuple[str, str] = ("", "")  # watermarks of the chunk being read
+    window: set[tuple[object, ...]] | None = None  # keys changed since the low watermark was seen
+    not_before: float = 0.0  # the rate limit's next read
+    # Consistent snapshot: the position of the chunk being read, known (from the reader thread) before its rows.
+    point: Position | None = None
+    point_known: threading.Event = field(default_factory=threading.Event)
+    info: TableInfo | None = None
+    estimate: int | None = None
+
+
+@dataclass
+class _Placed:
+    """A chunk put into a batch: the store progress written with it."""
+
+    job: _Job
+    rows: int
+    last_key: tuple[object, ...] | None
+    done: bool
+    changes: list[RowChange] = field(default_factory=list)
+    failure: str = ""  # the snapshot failed: its state and error, written with its end marker
+
+
+def _position_key(position: Position) -> tuple[int, str, int]:
+    """Binlog positions in stream order: the file's sequence number, then the offset."""
+    stem, _, number = position.file.rpartition(".")
+    return (int(number), stem, position.pos) if number.isdigit() else (0, position.file, position.pos)
+
+
+class SnapshotCoordinator:
+    def __init__(
+        self, connect_args: dict[str, Any], settings: SnapshotConfig, server_version: Callable[[], str]
+    ) -> None:
+        self.settings = settings
+        self._connect_args = connect_args
+        self._server_version = server_version  # of the stream's source; "" until it connected
+        self.method = settings.method
+        self.signal: SignalTable | None = None
+        self.reader: ChunkReader | None = None
+        self._threads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot-reader")
+        self._job: _Job | None = None
+        self._checked = 0.0
+        self._finishing: list[tuple[_Job, str, str]] = []  # (job, state, error): end markers to queue
+
+    @property
+    def busy(self) -> bool:
+        """A snapshot is under way: the worker looks at it more often than an idle stream needs."""
+        return self._job is not None or bool(self._finishing)
+
+    def _ready_reader(self) -> ChunkReader | None:
+        """The chunk reader, once the method is known (``auto`` needs the source's version)."""
+        if self.reader is None:
+            method = self.method
+            if method == "auto":
+                version = self._server_version()
+                if not version:
+                    return None
+                method = CONSISTENT if "mariadb" in version.lower() else WATERMARK
+            self.method = method
+            self.signal = SignalTable.parse(self.settings.signal_table) if method == WATERMARK else None
+            self.reader = ChunkReader(self._connect_args, method, self.signal)
+        return self.reader
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        if self.reader is not None:
+            self.reader.close()
+
+    # -- the store's side: what to do next --------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Between batches: picks up, cancels and advances snapshots (reads run in the thread)."""
+        now = time.monotonic()
+        if self._ready_reader() is None:
+            return
+        if now - self._checked >= CHECK_SECONDS:
+            self._checked = now
+            self._check_store()
+        job = self._job
+        if job is None:
+            return
+        if job.pending is not None and job.pending.done() and job.plan is None:
+            self._planned(job)
+        elif job.pending is None and job.plan is not None and now >= job.not_before:
+            low, high = (new_mark("low"), new_mark("high")) if self.method == WATERMARK else ("", "")
+            job.marks, job.window = (low, high), None
+            job.point = None
+            job.point_known = threading.Event()
+            known = job.point_known
+
+            def found(position: Position, job: _Job = job) -> None:
+                job.point = position
+                known.set()
+
+            assert self.reader is not None
+            job.pending = self._threads.submit(
+                self.reader.read, job.plan, job.last_key, self.settings.chunk_rows, job.where, (low, high), found
+            )
+
+    def _check_store(self) -> None:
+        job = self._job
+        if job is not None:
+            state = Snapshot.objects.filter(id=job.snapshot_id).values_list("state", flat=True).first()
+            if state not in Snapshot.ACTIVE:  # cancelled (or deleted with its client) meanwhile
+                log.info("snapshot #%s: %s; stopping it", job.snapshot_id, state or "deleted")
+                if state == Snapshot.State.CANCELLED and not job.first:
+                    self._finishing.append((job, "cancelled", ""))
+                self._job = None
+            return
+        snapshot = Snapshot.objects.filter(state__in=Snapshot.ACTIVE).order_by("id").first()
+        if snapshot is None:
+            return
+        self._job = _Job(
+            snapshot.id,
+            snapshot.client_id,
+            snapshot.schema_name,
+            snapshot.table_name,
+            snapshot.where,
+            decode_key(snapshot.last_key),
+            first=snapshot.chunks_done == 0,
+        )
+        assert self.reader is not None
+        self._job.pending = self._threads.submit(self.reader.plan, snapshot.schema_name, snapshot.table_name)
+        log.info(
+            "snapshot #%s of %s.%s for client #%s: %s (%s)",
+            snapshot.id,
+            snapshot.schema_name,
+            snapshot.table_name,
+            snapshot.client_id,
+            "resuming after its last key" if snapshot.last_key else "starting",
+            self.method,
+        )
+
+    def _planned(self, job: _Job) -> None:
+        assert job.pending is not None
+        future, job.pending = job.pending, None
+        error = future.exception()
+        if error is not None:
+            self._read_failed(job, error)
+            return
+        plan: TablePlan = future.result()
+        job.plan = plan
+        job.info = TableInfo(plan.schema, plan.table, (), primary_key=plan.key)
+        # Started when its reading starts (the rate shown is rows over the time since then).
+        now = timezone.now()
+        Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(
+            state=Snapshot.State.RUNNING,
+            started=Coalesce(F("started"), Value(now)),
+            updated=now,
+            **({"rows_total": plan.estimated_rows, "key_columns": encode_key(plan.key)} if job.first else {}),
+        )
+
+    def _read_failed(self, job: _Job, error: BaseException) -> None:
+        code = error.args[0] if isinstance(error, pymysql.err.MySQLError) and error.args else None
+        if isinstance(error, OSError | pymysql.err.OperationalError | pymysql.err.InterfaceError) and (
+            code is None or code in _TRANSIENT_ERRORS
+        ):
+            log.warning("snapshot #%s: reading the source failed (%s); retrying", job.snapshot_id, error)
+            job.not_before = time.monotonic() + RETRY_SECONDS
+            if job.plan is None:
+                self._job = None  # planned again after the delay
+                self._checked = job.not_before
+            return
+        message = str(error) if isinstance(error, SnapshotError) else f"reading the table failed: {error}"
+        if code in (1044, 1142) and self.signal is not None:
+            message += (
+                f"; the watermark method writes its marks to {self.signal.schema}.{self.signal.table}: grant the "
+                f"[MySQL] user CREATE, INSERT and DELETE on {self.signal.schema}, and SELECT on the table"
+            )
+        log.error("snapshot #%s of %s.%s failed: %s", job.snapshot_id, job.schema, job.table, message)
+        # The state is written with the end marker, in the transaction that queues it.
+        self._finishing.append((job, "failed", message))
+        self._job = None
+
+    # -- the stream's side: where a chunk goes ----------------------------------------------------------------------
+
+    def arrange(self, batch: Sequence[Transaction], applied: Position) -> tuple[list[Transaction], list[_Placed]]:
+        """The batch with the snapshot transactions due in it put in their places, and what they placed.
+
+        ``applied``: the position the store's checkpoint is at (everything before the batch). An empty ``batch``
+        asks what is due while the stream is idle.
+        """
+        out: list[Transaction] = []
+        placed: list[_Placed] = []
+        if self._finishing:
+            changes: list[RowChange] = []
+            for ended, state, error in self._finishing:
+                done = Snapshot.objects.filter(id=ended.snapshot_id).values_list("rows_done", flat=True).first()
+                changes.append(self._end_marker(ended, applied, done or 0, state, error))
+                if state == "failed":
+                    placed.append(_Placed(ended, 0, ended.last_key, False, failure=error))
+            self._finishing.clear()
+            out.append(Transaction(changes, applied))
+        job = self._job
+        reading = job is not None and job.plan is not None and job.pending is not None and not job.pending.done()
+        if self.method == CONSISTENT and reading:
+            # A chunk is being read: its position may come before some of this batch (a transaction is in the
+            # binlog, and sent, a moment before it is visible to a new snapshot). Wait for the position (it comes
+            # first, within milliseconds) so that nothing past it is applied before the chunk.
+            assert job is not None
+            job.point_known.wait(timeout=STATEMENT_SECONDS)
+        chunk = self._ready_chunk(job)
+        if job is None or job.plan is None or (self.method == CONSISTENT and job.point is None):
+            out.extend(self._without_marks(batch))
+            return out, placed
+        if self.method == CONSISTENT:
+            assert job.point is not None
+            point = _position_key(job.point)
+            if _position_key(applied) > point:
+                # Cannot happen with one source (a chunk is read at or after what the stream has reached); after
+                # a failover to another server the positions are not comparable: read the chunk again.
+                log.info(
+                    "snapshot #%s: the stream (%s) is past the chunk's position %s; reading it again",
+                    job.snapshot_id,
+                    applied,
+                    job.point,
+                )
+                self._drop_read(job)
+                out.extend(batch)
+                return out, placed
+            cut = 0
+            while cut < len(batch) and _position_key(batch[cut].position) <= point:
+                cut += 1
+            reached = batch[cut - 1].position if cut else applied
+            if cut < len(batch) or _position_key(reached) == point:
+                # The chunk belongs here: wait for its rows if they are still coming (the read of one chunk).
+                chunk = chunk or self._wait_chunk(job)
+                if chunk is None:  # the read failed: nothing is held back, the chunk is read again
+                    out.extend(batch)
+                    return out, placed
+                out.extend(batch[:cut])
+                out.append(self._place(job, chunk, reached, set(), placed))
+                out.extend(batch[cut:])
+            else:
+                out.extend(batch)
+            return out, placed
+        # Watermarks: the chunk goes right after the transaction that holds its high mark.
+        for tx in batch:
+            high = self.observe(tx)
+            out.extend(self._without_marks([tx]))
+            if high:
+                chunk = self._wait_chunk(job)
+                if chunk is None:
+                    continue
+                out.append(self._place(job, chunk, tx.position, job.window or set(), placed))
+                job.window = None
+        return out, placed
+
+    def _without_marks(self, batch: Sequence[Transaction]) -> list[Transaction]:
+        """The batch without the signal table's rows: the relay's own marks are no client's business."""
+        signal = self.signal
+        if signal is None:
+            return list(batch)
+        out = []
+        for tx in batch:
+            if any(c.table == signal.table and c.schema == signal.schema for c in tx.changes):
+                kept = [c for c in tx.changes if not (c.table == signal.table and c.schema == signal.schema)]
+                tx = dataclasses.replace(tx, changes=kept)
+            out.append(tx)
+        return out
+
+    def observe(self, tx: Transaction) -> bool:
+        """Follows the watermark window through ``tx`` (parts of a large transaction too); True when ``tx`` holds the
+        current chunk's high mark."""
+        job = self._job
+        if job is None or self.method != WATERMARK or not job.marks[0] or self.signal is None:
+            return False
+        signal = self.signal
+        low, high = job.marks
+        indexes = None
+        found_high = False
+        for change in tx.changes:
+            if change.schema == signal.schema and change.table == signal.table:
+                if change.kind == KIND_INSERT and change.after is not None:
+                    if low in change.after:
+                        job.window = set()
+                    elif high in change.after and job.window is not None:
+                        found_high = True
+                continue
+            if job.window is None or change.schema != job.schema or change.table != job.table:
+                continue
+            if indexes is None:
+                indexes = _key_indexes(change.columns, job.plan.key if job.plan else ())
+            if indexes is None:
+                continue
+            for image in (change.before, change.after):
+                if image is not None:
+                    job.window.add(tuple(image[i] for i in indexes))
+        return found_high
+
+    def _ready_chunk(self, job: _Job | None) -> Chunk | None:
+        if job is None or job.plan is None or job.pending is None or not job.pending.done():
+            return None
+        error = job.pending.exception()
+        if error is not None:
+            self._drop_read(job)
+            self._read_failed(job, error)
+            return None
+        chunk: Chunk = job.pending.result()
+        return chunk
+
+    def _drop_read(self, job: _Job) -> None:
+        """Forgets the chunk read in flight or done (its result, when it comes, is not used)."""
+        job.pending = None
+        job.point = None
+
+    def _wait_chunk(self, job: _Job) -> Chunk | None:
+        """The chunk the stream has reached (its position, or its high mark): its read has returned or is about to."""
+        if job.pending is None:
+            return None
+        with contextlib.suppress(Exception):  # reported by _ready_chunk
+            job.pending.result(timeout=120)
+        return self._ready_chunk(job)
+
+    def _place(
+        self, job: _Job, chunk: Chunk, at: Position, changed: set[tuple[object, ...]], placed: list[_Placed]
+    ) -> Transaction:
+        assert job.info is not None
+        moment = int(time.time())
+        names = chunk.plan.names
+        changes: list[RowChange] = []
+        if job.first:
+            changes.append(
+                self._marker(
+                    job,
+                    KIND_SNAPSHOT_START,
+                    at,
+                    ("snapshot", "where", "rows_estimate"),
+                    (str(job.snapshot_id), job.where or None, _text_or_none(chunk.plan.estimated_rows)),
+                )
+            )
+        rows = 0
+        for row, key in zip(chunk.rows, chunk.keys, strict=True):
+            if key in changed:
+                continue  # a change inside the watermark window, queued before, holds its newer image
+            changes.append(
+                SnapshotRow(
+                    job.client_id,
+                    job.snapshot_id,
+                    job.schema,
+                    job.table,
+                    KIND_SNAPSHOT_ROW,
+                    names,
+                    None,
+                    row,
+                    at.file,
+                    at.pos,
+                    rows,
+                    moment,
+                    "",
+                    job.info,
+                )
+            )
+            rows += 1
+        last_key = chunk.last_key if chunk.last_key is not None else job.last_key
+        record = _Placed(job, rows, last_key, chunk.complete, changes)
+        if chunk.complete:
+            changes.append(self._end_marker(job, at, -1, "done", ""))
+        placed.append(record)
+        # The next read starts after this chunk whatever becomes of the transaction: a batch that rolls back ends
+        # the worker's run, and the next run starts from the store's last key.
+        job.last_key = last_key
+        job.first = False
+        self._drop_read(job)
+        rate = self.settings.rows_per_second
+        job.not_before = time.monotonic() + (len(chunk.rows) / rate if rate > 0 else 0.0)
+        if chunk.complete:
+            self._job = None
+        return Transaction(changes, at)
+
+    def _marker(
+        self, job: _Job, kind: int, at: Position, names: tuple[str, ...], values: tuple[object, ...]
+    ) -> RowChange:
+        assert job.info is not None or kind == KIND_SNAPSHOT_END
+        info = job.info or TableInfo(job.schema, job.table, ())
+        return SnapshotRow(
+            job.client_id,
+            job.snapshot_id,
+            job.schema,
+            job.table,
+            kind,
+            names,
+            None,
+            values,
+            at.file,
+            at.pos,
+            0,
+            int(time.time()),
+            "",
+            info,
+        )
+
+    def _end_marker(self, job: _Job, at: Position, rows: int, state: str, error: str) -> RowChange:
+        # rows < 0: the total is filled in by record(), which knows what the store counted.
+        return self._marker(
+            job,
+            KIND_SNAPSHOT_END,
+            at,
+            ("snapshot", "rows", "state", "error"),
+            (str(job.snapshot_id), str(rows) if rows >= 0 else None, state, error or None),
+        )
+
+    # -- progress, in the batch's transaction -----------------------------------------------------------------------
+
+    @staticmethod
+    def record(placed: Sequence[_Placed]) -> None:
+        """Writes each placed chunk's progress; the caller holds the batch's store transaction."""
+        now = timezone.now()
+        for item in placed:
+            job = item.job
+            if item.failure:
+                Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(
+                    state=Snapshot.State.FAILED, error=item.failure[:4000], finished=now, updated=now
+                )
+                continue
+            fields: dict[str, Any] = {
+                "last_key": encode_key(item.last_key) if item.last_key is not None else "",
+                "rows_done": F("rows_done") + item.rows,
+                "chunks_done": F("chunks_done") + 1,
+                "updated": now,
+                "started": Coalesce(F("started"), Value(now)),
+                "state": Snapshot.State.DONE if item.done else Snapshot.State.RUNNING,
+            }
+            if item.done:
+                fields["finished"] = now
+            Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(**fields)
+            if item.done:
+                total = Snapshot.objects.filter(id=job.snapshot_id).values_list("rows_done", flat=True).first()
+                end = item.changes[-1] if item.changes else None
+                if end is not None and end.kind == KIND_SNAPSHOT_END and end.after is not None:
+                    end.after = (end.after[0], str(total or 0), *end.after[2:])
+                log.info("snapshot #%s of %s.%s done: %s rows", job.snapshot_id, job.schema, job.table, total)
+
+
+def _key_indexes(columns: Sequence[str], key: Sequence[str]) -> tuple[int, ...] | None:
+    try:
+        return tuple(columns.index(name) for name in key)
+    except ValueError:  # names unknown (@1, @2...): the history could not name this table's columns
+        return None
+
+
+def _text_or_none(value: int | None) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,399 @@
+"""Snapshots are exact, with real processes: a client that applies its queue in order (snapshot rows and inserts as
+upserts, updates as upserts of the after image, deletes as deletes) ends with a copy equal to ``SELECT *``, while a
+writer keeps updating, deleting and inserting rows of the table, including inside the chunk being read, and when the
+worker is killed with -9 in the middle."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START
+from devtools.sandbox import MariaDB
+from devtools.wait import wait_for
+from relay import store
+from relay.models import Change, Client, Snapshot
+from relay.store import rowcodec
+from relay.store.snapshots import SnapshotRefused, request_snapshots
+from tests.helpers.processes import RelayProcess
+from tests.helpers.worker import caught_up, start_worker, subscribe
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROWS = 20_000
+
+
+def _fill(server: MariaDB, schema: str, rows: int = ROWS) -> None:
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(40), n BIGINT, d DATETIME(3), b VARBINARY(8))"
+    )
+    server.execute(
+        f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('v', seq), seq * 7, '2024-01-02 03:04:05.678', "
+        f"UNHEX(LPAD(HEX(seq), 8, '0')) FROM seq_1_to_{rows}",
+        database=schema,
+    )
+
+
+class Writer(threading.Thread):
+    """Updates, deletes and inserts rows of the table until stopped, in one-row and few-row transactions; half of
+    the operations aim just above the snapshot's last key, at the chunk being read."""
+
+    def __init__(self, server: MariaDB, schema: str, snapshot_id: int, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.server, self.schema, self.snapshot_id = server, schema, snapshot_id
+        self.random = random.Random(seed)
+        self.halt = threading.Event()
+        self.operations = 0
+        self.failure: BaseException | None = None
+        self.rotate_every = 0
+
+    def _pick(self) -> int:
+        if self.random.random() < 0.5:
+            last = Snapshot.objects.filter(id=self.snapshot_id).values_list("last_key", flat=True).first()
+            if last:
+                return int(last.strip('[]"')) + self.random.randint(-50, 400)
+        return self.random.randint(1, ROWS + 2_000)
+
+    def run(self) -> None:
+        try:
+            conn = self.server.connect(self.schema, autocommit=False)
+            with conn.cursor() as cursor:
+                while not self.halt.is_set():
+                    for _ in range(self.random.choice((1, 1, 1, 3))):
+                        key = self._pick()
+                        action = self.random.random()
+                        if action < 0.45:
+                            cursor.execute(
+                                "UPDATE t SET v = %s, n = n + 1, b = %s WHERE id = %s",
+                                (f"u{self.operations}", bytes([self.operations % 256]), key),
+                            )
+                        elif action < 0.6:  # moves a row's key: a delete and an insert for a keyed copy
+                            cursor.execute("UPDATE IGNORE t SET id = id + 100000 WHERE id = %s", (key,))
+                        elif action < 0.8:
+                            cursor.execute("DELETE FROM t WHERE id = %s", (key,))
+                        else:
+                            cursor.execute(
+                                "INSERT IGNORE INTO t VALUES (%s, %s, 1, NOW(3), NULL)", (key, f"i{self.operations}")
+                            )
+                        self.operations += 1
+                    conn.commit()
+                    if self.rotate_every and self.operations % self.rotate_every < 3:
+                        cursor.execute("FLUSH BINARY LOGS")  # the snapshot's positions cross binlog files
+                    time.sleep(self.random.random() * 0.002)
+            conn.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            import traceback
+
+            self.failure = exc
+            self.trace = traceback.format_exc()
+
+
+def _key(change: Change, columns: list[Any], image: str) -> str:
+    return next(str(getattr(c, image)) for c in columns if c.name == "id")
+
+
+def rebuild(client_name: str) -> tuple[dict[str, tuple[Any, ...]], list[int]]:
+    """The client's copy of the table, from its queue applied in order; and the kinds in queue order."""
+    client = Client.objects.get(name=client_name)
+    ids = [change_id for _, change_id in store.entry_change_ids(client.id, client.acked_seq, 10**9)]
+    changes = Change.objects.in_bulk(ids)
+    copy: dict[str, tuple[Any, ...]] = {}
+    kinds: list[int] = []
+    for change_id in ids:
+        change = changes[change_id]
+        kinds.append(change.kind)
+        if change.kind in (KIND_SNAPSHOT_START, KIND_SNAPSHOT_END):
+            continue
+        columns = rowcodec.decode(change.data)
+        if change.kind in (KIND_INSERT, KIND_SNAPSHOT_ROW):
+            copy[_key(change, columns, "after")] = tuple(c.after for c in columns)
+        elif change.kind == KIND_DELETE:
+            copy.pop(_key(change, columns, "before"), None)
+        else:
+            copy.pop(_key(change, columns, "before"), None)
+            copy[_key(change, columns, "after")] = tuple(c.after for c in columns)
+    return copy, kinds
+
+
+def table_rows(server: MariaDB, schema: str) -> dict[str, tuple[Any, ...]]:
+    """``SELECT *`` in the text forms the decoder gives (binary columns as bytes)."""
+    from pymysql.converters import encoders
+
+    with server.connect(schema, conv=dict(encoders)) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT id, v, n, d, b FROM t")
+        rows = [(*tuple(v.decode() if isinstance(v, bytes) else v for v in row[:4]), row[4]) for row in cursor]
+        return {row[0]: row for row in rows}
+
+
+@pytest.fixture
+def streaming(fresh_schema: tuple[MariaDB, str]) -> Iterator[tuple[MariaDB, str, dict[str, RelayProcess]]]:
+    server, schema = fresh_schema
+    _fill(server, schema)
+    holder: dict[str, RelayProcess] = {}
+    yield server, schema, holder
+
+
+def _start(server: MariaDB, chunk_rows: int, **env: object) -> RelayProcess:
+    return start_worker(server, server.binlog_position(), batch_ms=20, RELAY_SNAPSHOT_CHUNKROWS=chunk_rows, **env)
+
+
+def _resume(server: MariaDB, chunk_rows: int, **env: object) -> RelayProcess:
+    return start_worker(server, batch_ms=20, RELAY_SNAPSHOT_CHUNKROWS=chunk_rows, **env)
+
+
+def _wait_done(snapshot: Snapshot, worker: RelayProcess, timeout: float = 240) -> Snapshot:
+    def finished() -> bool:
+        assert worker.alive(), worker.output[-3000:]
+        snapshot.refresh_from_db()
+        return snapshot.state not in Snapshot.ACTIVE
+
+    wait_for(finished, timeout=timeout, message=f"snapshot #{snapshot.id} done")
+    return snapshot
+
+
+def _run(
+    server: MariaDB,
+    schema: str,
+    *,
+    chunk_rows: int,
+    seed: int,
+    kill_at: float | None = None,
+    rotate_every: int = 0,
+    **env: object,
+) -> None:
+    worker = _start(server, chunk_rows, **env)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    subscribe("everything", 7, schema, "*")  # sees every table of the schema, the signal table's too if it leaked
+    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
+    writer = Writer(server, schema, snapshot.id, seed)
+    writer.rotate_every = rotate_every
+    writer.start()
+    try:
+        if kill_at is not None:
+            wait_for(
+                lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= ROWS * kill_at,
+                timeout=240,
+                message="the snapshot half way",
+            )
+            worker.kill()
+            worker = _resume(server, chunk_rows, **env)
+        snapshot = _wait_done(snapshot, worker)
+        time.sleep(0.3)  # the writer goes on a little after the last chunk
+    finally:
+        writer.halt.set()
+        writer.join(30)
+    assert writer.failure is None, writer.trace
+    assert snapshot.state == Snapshot.State.DONE, (snapshot.state, snapshot.error, worker.output[-3000:])
+    caught_up(server, worker)
+    copy, kinds = rebuild("copy")
+    expected = table_rows(server, schema)
+    assert writer.operations > 100
+    assert kinds.count(KIND_SNAPSHOT_START) == 1 and kinds.count(KIND_SNAPSHOT_END) == 1
+    assert kinds.index(KIND_SNAPSHOT_START) < kinds.index(KIND_SNAPSHOT_ROW) < kinds.index(KIND_SNAPSHOT_END)
+    missing = sorted(set(expected) - set(copy), key=int)[:10]
+    extra = sorted(set(copy) - set(expected), key=int)[:10]
+    wrong = [key for key in expected if key in copy and copy[key] != expected[key]][:10]
+    assert not (missing or extra or wrong), (missing, extra, [(k, copy[k], expected[k]) for k in wrong])
+    assert len(copy) == len(expected) > ROWS // 2
+    everything = Client.objects.get(name="everything")
+    tables = set(
+        Change.objects.filter(
+            id__in=[i for _, i in store.entry_change_ids(everything.id, everything.acked_seq, 10**9)]
+        ).values_list("table_name", flat=True)
+    )
+    assert tables == {"t"}  # the watermarks are the relay's own: no client gets them
+    worker.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("chunk_rows", "seed", "rotate_every"), [(1_000, 1, 0), (137, 2, 0), (5_000, 3, 0), (400, 8, 300)]
+)
+def test_consistent_snapshot_is_exact_under_concurrent_writes(
+    streaming: Any, chunk_rows: int, seed: int, rotate_every: int
+) -> None:
+    server, schema, _ = streaming
+    _run(server, schema, chunk_rows=chunk_rows, seed=seed, rotate_every=rotate_every)
+
+
+def test_a_snapshot_of_an_idle_source_after_a_rotation_completes(fresh_schema: tuple[MariaDB, str]) -> None:
+    """Nothing but the rotation's own events after the last transaction: the chunk's position is still reached."""
+    server, schema = fresh_schema
+    _fill(server, schema, rows=500)
+    worker = _start(server, 100)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    server.execute("FLUSH BINARY LOGS")
+    snapshot = _wait_done(request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0], worker, 60)
+    assert (snapshot.state, snapshot.rows_done) == (Snapshot.State.DONE, 500)
+    worker.stop()
+
+
+@pytest.mark.slow
+def test_snapshot_survives_a_kill_of_the_worker(streaming: Any) -> None:
+    server, schema, _ = streaming
+    _run(server, schema, chunk_rows=500, seed=4, kill_at=0.4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("chunk_rows", "seed", "kill_at"), [(1_000, 5, None), (300, 6, 0.3)])
+def test_watermark_snapshot_is_exact_under_concurrent_writes(
+    streaming: Any, chunk_rows: int, seed: int, kill_at: float | None
+) -> None:
+    server, schema, _ = streaming
+    _run(
+        server,
+        schema,
+        chunk_rows=chunk_rows,
+        seed=seed,
+        kill_at=kill_at,
+        RELAY_SNAPSHOT_METHOD="watermark",
+        RELAY_SNAPSHOT_SIGNALTABLE=f"{schema}.relay_signal",
+        RELAY_MYSQL_LOGIN="root",  # the marks are writes: the replication user may only read
+        RELAY_MYSQL_PASSWORD="",
+    )
+
+
+def test_a_table_without_a_key_fails_with_the_reason(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.nokey (a INT, b INT NULL, UNIQUE KEY (b))")
+    worker = _start(server, 100)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "nokey")
+    snapshot = _wait_done(request_snapshots(Client.objects.get(name="copy"), [(schema, "nokey")])[0], worker, 60)
+    assert snapshot.state == Snapshot.State.FAILED
+    assert "no primary key and no unique key over NOT NULL columns" in snapshot.error
+    _, kinds = rebuild("copy")
+    assert kinds == [KIND_SNAPSHOT_END]  # FETCH clients learn it from the end marker
+    worker.stop()
+
+
+def test_a_request_needs_a_filter_that_covers_the_table(fresh_schema: tuple[MariaDB, str]) -> None:
+    _, schema = fresh_schema
+    subscribe("copy", 2, schema, "t")  # updates only
+    with pytest.raises(SnapshotRefused, match="no filter that covers inserts"):
+        request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])
+    subscribe("copy", 1, schema, "t*")
+    with pytest.raises(SnapshotRefused, match="SLEEP"):
+        request_snapshots(Client.objects.get(name="copy"), [(schema, "t")], where="id > 0 AND SLEEP(10)")
+    first = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")], where="id > 5")
+    again = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")], where="id > 5")
+    assert [s.id for s in first] == [s.id for s in again]  # asking again attaches to the one under way
+    with pytest.raises(SnapshotRefused, match="cancel it first"):
+        request_snapshots(Client.objects.get(name="copy"), [(schema, "t")], where="id > 6")
+
+
+def test_an_empty_table_gets_its_markers_and_a_where_limits_the_rows(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.`empty` (id INT PRIMARY KEY)")
+    _fill(server, schema, rows=300)
+    worker = _start(server, 50)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "*")
+    client = Client.objects.get(name="copy")
+    empty, some = request_snapshots(client, [(schema, "empty"), (schema, "t")], where="")
+    _wait_done(empty, worker, 60)
+    _wait_done(some, worker, 60)
+    filtered = request_snapshots(client, [(schema, "t")], where="n % 2 = 0 AND v LIKE 'v%'")[0]
+    _wait_done(filtered, worker, 60)
+    assert (empty.rows_done, some.rows_done, filtered.rows_done) == (0, 300, 150)
+    _, kinds = rebuild("copy")
+    assert kinds[:2] == [KIND_SNAPSHOT_START, KIND_SNAPSHOT_END]
+    assert kinds.count(KIND_SNAPSHOT_ROW) == 450
+    worker.stop()
+
+
+def test_rows_per_second_paces_the_chunks(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    _fill(server, schema, rows=3_000)
+    worker = _start(server, 500, RELAY_SNAPSHOT_ROWSPERSECOND=2_000)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    snapshot = _wait_done(request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0], worker, 60)
+    assert snapshot.state == Snapshot.State.DONE and snapshot.rows_done == 3_000
+    assert snapshot.chunks_done == 7  # six full chunks, then the short one that ends the table
+    # Each chunk of 500 rows waits 500 / 2,000 s before the next read: the seven reads span six waits at least.
+    assert snapshot.started is not None and snapshot.finished is not None
+    assert (snapshot.finished - snapshot.started).total_seconds() >= 5 * 0.25
+    worker.stop()
+
+
+def _expected_wire(server: MariaDB, schema: str) -> dict[bytes, dict[str, bytes | None]]:
+    """The table as a relay client sees it: every value as bytes, keyed by id."""
+    names = ("id", "v", "n", "d", "b")
+    return {
+        key.encode(): {
+            name: value if isinstance(value, bytes) or value is None else value.encode()
+            for name, value in zip(names, row, strict=True)
+        }
+        for key, row in table_rows(server, schema).items()
+    }
+
+
+@pytest.mark.slow
+def test_legacy_poll_and_fetch_clients_rebuild_the_table_over_the_relay(streaming: Any) -> None:
+    """The original protocol's path: a POLL client sees the snapshot's rows as plain INSERTs (no markers) and
+    rebuilds the table like a FETCH client applying flagged rows between markers, while the writer goes on."""
+    from clientproto import EventType, RelayClient, TableMirror
+    from tests.helpers.processes import TEST_SECRET, start_relay
+
+    server, schema, _ = streaming
+    worker = _start(server, 1_500)
+    caught_up(server, worker)
+    _relay, port = start_relay(server)
+    with (
+        RelayClient("127.0.0.1", port, TEST_SECRET, "legacy") as legacy,
+        RelayClient("127.0.0.1", port, TEST_SECRET, "modern") as modern,
+    ):
+        legacy.add_filter("IUD", schema, "t")
+        modern.add_filter("IUD", schema, "t")
+        asked = [modern.snapshot([f"{schema}.t"])[0].snapshot_id]
+        asked += [s.id for s in request_snapshots(Client.objects.get(name="legacy"), [(schema, "t")])]
+        writer = Writer(server, schema, asked[-1], seed=7)
+        writer.start()
+        copy: dict[bytes, dict[str, bytes | None]] = {}
+        mirror = TableMirror(("id",))
+        types: set[int] = set()
+        flagged = markers = 0
+        try:
+            while Snapshot.objects.filter(id__in=asked, state__in=Snapshot.ACTIVE).exists():
+                for event in modern.fetch(1_000, wait_ms=200):
+                    mirror.apply(event)
+                    flagged += event.snapshot
+                    markers += event.is_marker
+                assert worker.alive(), worker.output[-3000:]
+        finally:
+            writer.halt.set()
+            writer.join(30)
+        assert writer.failure is None, writer.trace
+        caught_up(server, worker)
+        while batch := modern.fetch(1_000, wait_ms=300):
+            for event in batch:
+                mirror.apply(event)
+                flagged += event.snapshot
+                markers += event.is_marker
+        # The legacy client polls one event at a time, as the original clients do; INSERT, UPDATE, DELETE only.
+        while (event := legacy.poll()) is not None:
+            types.add(event.type)
+            before, after = event.before(), event.after()
+            if event.type == EventType.INSERT:
+                copy[after["id"] or b""] = after
+            elif event.type == EventType.UPDATE:
+                copy.pop(before["id"] or b"", None)
+                copy[after["id"] or b""] = after
+            else:
+                copy.pop(before["id"] or b"", None)
+    expected = _expected_wire(server, schema)
+    # POLL renders NULL as the text NULL, as the original did.
+    legacy_expected = {k: {n: b"NULL" if v is None else v for n, v in row.items()} for k, row in expected.items()}
+    assert types <= {EventType.INSERT, EventType.UPDATE, EventType.DELETE}
+    assert copy == legacy_expected
+    assert {key[0]: row for key, row in mirror.rows(schema, "t").items()} == expected
+    assert markers == 2 and flagged >= ROWS // 2
+    worker.stop()
