@@ -17,7 +17,7 @@ from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_SNAPSHOT_END, KIND_S
 from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
 from relay import store
-from relay.models import Change, Client, Snapshot
+from relay.models import Change, Client, Filter, Snapshot
 from relay.store import rowcodec
 from relay.store.snapshots import SnapshotRefused, request_snapshots
 from tests.helpers.processes import RelayProcess
@@ -396,4 +396,19 @@ def test_legacy_poll_and_fetch_clients_rebuild_the_table_over_the_relay(streamin
     assert copy == legacy_expected
     assert {key[0]: row for key, row in mirror.rows(schema, "t").items()} == expected
     assert markers == 2 and flagged >= ROWS // 2
+    worker.stop()
+
+
+def test_queue_limits_and_policies_apply_to_snapshot_rows(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    _fill(server, schema, rows=500)
+    worker = _start(server, 100)
+    caught_up(server, worker)
+    subscribe("capped", 7, schema, "t", limit=150, policy=2)  # ignore-newest: the queue keeps its first 150 entries
+    snapshot = _wait_done(request_snapshots(Client.objects.get(name="capped"), [(schema, "t")])[0], worker, 60)
+    assert (snapshot.state, snapshot.rows_done) == (Snapshot.State.DONE, 500)
+    wait_for(lambda: len(rebuild("capped")[1]) == 150, timeout=30, message="the capped queue")
+    _, kinds = rebuild("capped")
+    assert kinds == [KIND_SNAPSHOT_START] + [KIND_SNAPSHOT_ROW] * 149
+    assert Filter.objects.get(client__name="capped").discarded == 502 - 150  # the rest of the rows and the end marker
     worker.stop()
