@@ -213,6 +213,10 @@ class ChunkReader:
             args = {**self._connect_args, **snapshotrows.connect_kwargs()}
             args.pop("database", None)
             args["autocommit"] = True
+            # A source that stops answering mid-read (a frozen host, a dropped network) fails the read instead of
+            # holding the snapshot, and the worker waiting on it, for ever.
+            args.setdefault("read_timeout", STATEMENT_SECONDS + 10)
+            args.setdefault("write_timeout", STATEMENT_SECONDS + 10)
             conn = pymysql.connect(**args)
             with conn.cursor() as cursor:
                 for statement in snapshotrows.SESSION_STATEMENTS:

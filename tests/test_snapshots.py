@@ -412,3 +412,48 @@ def test_queue_limits_and_policies_apply_to_snapshot_rows(fresh_schema: tuple[Ma
     assert kinds == [KIND_SNAPSHOT_START] + [KIND_SNAPSHOT_ROW] * 149
     assert Filter.objects.get(client__name="capped").discarded == 502 - 150  # the rest of the rows and the end marker
     worker.stop()
+
+
+@pytest.mark.slow
+def test_a_frozen_source_connection_holds_neither_the_stream_nor_the_snapshot(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """The snapshot's connection stops answering mid-read (a frozen host): the live stream goes on after a bounded
+    wait, the read fails on its timeout, and the snapshot completes, exact, once the connection answers again."""
+    from tests.helpers.proxy import Proxy
+
+    server, schema = fresh_schema
+    _fill(server, schema, rows=5_000)
+    server.execute(f"CREATE TABLE `{schema}`.live (id INT PRIMARY KEY)")
+    proxy = Proxy(server.port)
+    try:
+        worker = _start(
+            server,
+            200,
+            RELAY_MYSQL_HOST="127.0.0.1",
+            RELAY_MYSQL_PORT=proxy.port,
+            RELAY_MYSQL_LOGIN="root",
+            RELAY_MYSQL_PASSWORD="",
+            RELAY_SNAPSHOT_ROWSPERSECOND=1_000,
+        )
+        caught_up(server, worker)
+        subscribe("copy", 7, schema, "t")
+        subscribe("live", 7, schema, "live")
+        snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
+        wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 1_000, timeout=60, message="a few chunks")
+        proxy.frozen = True
+        frozen_at = time.monotonic()
+        server.execute(
+            f"INSERT INTO `{schema}`.live VALUES (1)", f"UPDATE `{schema}`.t SET v = 'frozen' WHERE id = 4000"
+        )
+        wait_for(lambda: len(rebuild("live")[1]) == 1, timeout=60, message="the live row while the source is frozen")
+        assert time.monotonic() - frozen_at < 30  # the stream waited at most one chunk's wait, not the frozen read
+        proxy.frozen = False
+        snapshot = _wait_done(snapshot, worker, 240)
+        assert snapshot.state == Snapshot.State.DONE, (snapshot.error, worker.output[-3000:])
+        caught_up(server, worker)
+        copy, _ = rebuild("copy")
+        assert copy == table_rows(server, schema)
+        worker.stop()
+    finally:
+        proxy.close()

@@ -40,7 +40,6 @@ from binlog.constants import KIND_INSERT, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, 
 from binlog.position import Position
 from binlog.snapshot import (
     CONSISTENT,
-    STATEMENT_SECONDS,
     WATERMARK,
     Chunk,
     ChunkReader,
@@ -59,6 +58,8 @@ log = logging.getLogger("relay.worker")
 
 #: How often the store is asked for new, cancelled or resumed snapshots.
 CHECK_SECONDS = 0.5
+#: The longest the stream waits for a chunk it has reached (the read of one chunk: milliseconds, normally).
+CHUNK_WAIT_SECONDS = 15.0
 #: After a source error, the next chunk read waits this long.
 RETRY_SECONDS = 2.0
 #: MySQL client errors that a later attempt can get past (the source or the network went away).
@@ -131,6 +132,7 @@ class SnapshotCoordinator:
         self._job: _Job | None = None
         self._checked = 0.0
         self._finishing: list[tuple[_Job, str, str]] = []  # (job, state, error): end markers to queue
+        self._inflight: Future[Any] | None = None  # the reader thread's current task
 
     @property
     def busy(self) -> bool:
@@ -171,7 +173,7 @@ class SnapshotCoordinator:
             return
         if job.pending is not None and job.pending.done() and job.plan is None:
             self._planned(job)
-        elif job.pending is None and job.plan is not None and now >= job.not_before:
+        elif job.pending is None and job.plan is not None and now >= job.not_before and self._thread_free():
             low, high = (new_mark("low"), new_mark("high")) if self.method == WATERMARK else ("", "")
             job.marks, job.window = (low, high), None
             job.point = None
@@ -183,9 +185,14 @@ class SnapshotCoordinator:
                 known.set()
 
             assert self.reader is not None
-            job.pending = self._threads.submit(
+            job.pending = self._inflight = self._threads.submit(
                 self.reader.read, job.plan, job.last_key, self.settings.chunk_rows, job.where, (low, high), found
             )
+
+    def _thread_free(self) -> bool:
+        """No read given up on is still running: a new one would only queue behind it, and the stream would wait
+        for a position that cannot come before it."""
+        return self._inflight is None or self._inflight.done()
 
     def _check_store(self) -> None:
         job = self._job
@@ -209,8 +216,13 @@ class SnapshotCoordinator:
             decode_key(snapshot.last_key),
             first=snapshot.chunks_done == 0,
         )
+        if not self._thread_free():
+            self._job = None  # picked up again once the thread is free
+            return
         assert self.reader is not None
-        self._job.pending = self._threads.submit(self.reader.plan, snapshot.schema_name, snapshot.table_name)
+        self._job.pending = self._inflight = self._threads.submit(
+            self.reader.plan, snapshot.schema_name, snapshot.table_name
+        )
         log.info(
             "snapshot #%s of %s.%s for client #%s: %s (%s)",
             snapshot.id,
@@ -288,7 +300,8 @@ class SnapshotCoordinator:
             # binlog, and sent, a moment before it is visible to a new snapshot). Wait for the position (it comes
             # first, within milliseconds) so that nothing past it is applied before the chunk.
             assert job is not None
-            job.point_known.wait(timeout=STATEMENT_SECONDS)
+            if not job.point_known.wait(timeout=CHUNK_WAIT_SECONDS):
+                self._give_up(job)
         chunk = self._ready_chunk(job)
         if job is None or job.plan is None or (self.method == CONSISTENT and job.point is None):
             out.extend(self._without_marks(batch))
@@ -399,8 +412,23 @@ class SnapshotCoordinator:
         if job.pending is None:
             return None
         with contextlib.suppress(Exception):  # reported by _ready_chunk
-            job.pending.result(timeout=120)
+            job.pending.result(timeout=CHUNK_WAIT_SECONDS)
+        if not job.pending.done():
+            self._give_up(job)
+            return None
         return self._ready_chunk(job)
+
+    def _give_up(self, job: _Job) -> None:
+        """The chunk's read outlasted what the stream may wait: the stream goes on, the chunk is read again."""
+        log.warning(
+            "snapshot #%s: reading a chunk of %s.%s took over %ss; the stream goes on and the chunk is read again",
+            job.snapshot_id,
+            job.schema,
+            job.table,
+            CHUNK_WAIT_SECONDS,
+        )
+        self._drop_read(job)
+        job.not_before = time.monotonic() + RETRY_SECONDS
 
     def _place(
         self, job: _Job, chunk: Chunk, at: Position, changed: set[tuple[object, ...]], placed: list[_Placed]

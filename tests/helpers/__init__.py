@@ -6,7 +6,8 @@ Real processes and servers:
   with the live stream;
 * ``postgres``: PostgreSQL, the local one or a private cluster;
 * ``processes``: ``manage.py`` commands (``runbinlog``, ``runrelay``) against the test store;
-* ``relay_server``: the relay server in a thread of the test process, and a raw-socket client.
+* ``relay_server``: the relay server in a thread of the test process, and a raw-socket client;
+* ``proxy``: a TCP proxy in front of a server, to cut or freeze its connections.
 
 Data and bytes:
 
