@@ -570,19 +570,53 @@ def test_dump_text_of_more_types_is_the_generic_text(any_mariadb: MariaDB, fresh
 
 
 def test_dump_text_of_mysql_payloads_and_partial_json_updates(tmp_path: Path) -> None:
-    # MySQL 8 binlogs on bytes (no MySQL server here): a compressed TRANSACTION_PAYLOAD, whose rows share the
-    # payload's position and number on across its rows events, and a PARTIAL_UPDATE_ROWS event of JSON diffs.
+    # MySQL 8 binlogs on bytes (no MySQL server here): a TRANSACTION_PAYLOAD, whose rows share the payload's position
+    # and number on across its rows events, and a PARTIAL_UPDATE_ROWS event of a JSON diff.
+    from binlog import constants as c
     from binlog.cli import text_lines
-    from tests.helpers.binlog_events import T10, FixedSchema
+    from tests.helpers.binlog_events import CAPTURED, T10, FixedSchema, make_event, query_body
     from tests.helpers.jsonb import diff_entry
-    from tests.test_binlog_mysql_payload import payload_body, t10_binlog, t10_transaction_events
-    from tests.test_binlog_partial_json import REPLACE, partial_after, partial_binlog, partial_row
+    from tests.helpers.mysql_payload import Binlog, mysql8_fde_body, packed, rows_v2, t10_row
+
+    table_map = CAPTURED["mysql_table_map_t10_json_decimal"]
+
+    def inner(event_type: int, body: bytes) -> bytes:  # inside a payload: end position 0, no checksum
+        return make_event(event_type, body, log_pos=0, crc=False, timestamp=1700000100)
+
+    events = b"".join([
+        inner(c.QUERY_EVENT, query_body("BEGIN")),
+        inner(c.TABLE_MAP_EVENT, table_map),
+        inner(c.WRITE_ROWS_EVENT_V2, CAPTURED["mysql_rows_v2_t10_object"] + t10_row(None, 3)),
+        inner(c.UPDATE_ROWS_EVENT_V2, rows_v2(table_map, 2, b"\xff\xff", t10_row({"a": 1}, 7) + t10_row([2], 8))),
+        inner(c.DELETE_ROWS_EVENT_V2, rows_v2(table_map, 2, b"\xff", t10_row(None, 3))),
+        inner(c.XID_EVENT, struct.pack("<Q", 77)),
+    ])  # fmt: skip
+
+    def field(kind: int, value: int) -> bytes:  # a payload header field: type, length, MySQL's packed integer
+        return packed(kind) + packed(len(packed(value))) + packed(value)
+
+    # Payload fields: compression 255 (none), the payload's size; then the end mark and the events as they are.
+    payload = field(2, 255) + field(1, len(events))
+    stored = Binlog("binlog.000003")
+    stored.add(c.FORMAT_DESCRIPTION_EVENT, mysql8_fde_body())
+    stored.add(c.GTID_LOG_EVENT, CAPTURED["mysql80_gtid"])
+    stored.add(c.TRANSACTION_PAYLOAD_EVENT, payload + packed(0) + events)
+
+    # A partial update: the before document, value-options PARTIAL_JSON_UPDATES, the column's partial bit, and an
+    # after image whose JSON column holds the diff.
+    diff = diff_entry(0, "$.name", "new")  # REPLACE
+    after = bytes([0xFC]) + struct.pack("<I", len(diff)) + diff + bytes([0x80]) + (8).to_bytes(4, "big")
+    partial = Binlog("mysql-bin.000007")
+    partial.add(c.FORMAT_DESCRIPTION_EVENT, mysql8_fde_body())
+    partial.add(c.QUERY_EVENT, query_body("BEGIN"))
+    partial.add(c.TABLE_MAP_EVENT, table_map)
+    row = t10_row({"name": "old", "n": 1}, 7) + packed(1) + b"\x01" + after
+    partial.add(c.PARTIAL_UPDATE_ROWS_EVENT, rows_v2(table_map, 2, b"\xff\xff", row))
+    partial.add(c.XID_EVENT, struct.pack("<Q", 5))
 
     provider = FixedSchema({("test", "t10"): T10})
-    rows = partial_row({"name": "old", "n": 1}, partial_after(diff_entry(REPLACE, "$.name", "new"), 8), partial=True)
-    rows += partial_row({"whole": 1}, partial_after(b"", 9), partial=True)
-    for log in (t10_binlog(payload_body(t10_transaction_events()))[0], partial_binlog(rows)):
+    for log, count in ((stored, 4), (partial, 1)):
         path = str(log.write(tmp_path))
         expected = [change_as_text(c) for t in read_binlog_files([path], schema_provider=provider) for c in t.changes]
-        assert expected
+        assert len(expected) == count
         assert [line for lines in text_lines([path], schema_provider=provider) for line in lines] == expected
