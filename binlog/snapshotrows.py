@@ -41,6 +41,7 @@ from typing import Any, cast
 from binlog.charsets import codec_for_charset
 from binlog.geometry import geometry_to_wkt
 from binlog.schema import SchemaColumn
+from binlog.schemamodel import GEOMETRY_TYPES
 from binlog.values import double_text, float_text
 
 __all__ = ["SESSION_STATEMENTS", "connect_kwargs", "row_converter", "select_expressions"]
@@ -82,18 +83,6 @@ _TEMPORALS = frozenset({"date", "datetime", "timestamp", "time"})
 _TEXTS = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json"})
 _LABELS = frozenset({"enum", "set"})
 _BINARIES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
-_GEOMETRIES = frozenset(
-    {
-        "geometry",
-        "point",
-        "linestring",
-        "polygon",
-        "multipoint",
-        "multilinestring",
-        "multipolygon",
-        "geometrycollection",
-    }
-)
 _FIXED_BINARY_SIZES = {"inet4": 4, "inet6": 16, "uuid": 16}  # MariaDB's data type plugins
 
 _pack_f = struct.Struct("<f").pack
@@ -198,7 +187,7 @@ def column_plan(column: SchemaColumn) -> ColumnPlan:
         return _text_plan(column, quoted, labels=True)
     if data_type in _BINARIES:
         return ColumnPlan(quoted, None)
-    if data_type in _GEOMETRIES:
+    if data_type in GEOMETRY_TYPES:
         return ColumnPlan(quoted, _geometry)
     if data_type in _FIXED_BINARY_SIZES:
         return ColumnPlan(f"CAST({quoted} AS BINARY({_FIXED_BINARY_SIZES[data_type]}))", None)
