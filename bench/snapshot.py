@@ -12,14 +12,20 @@ store (PostgreSQL by default, or SQLite), it measures:
    id LIMIT n``) and by the worker's own chunk reader alone (binlog/snapshot.py: a consistent-snapshot transaction
    per chunk, values converted to the decoder's), both over the snapshot connection's settings (no Python
    conversion of values). The ratio snapshot / raw chunked read says what the queueing costs over the read itself.
+   The source's stream is idle meanwhile, unless ``--background-rate`` rows/s (no subscriber) keep it busy.
 2. **Live stream latency with a snapshot running**: a long-polling FETCH client subscribed to ``bench.events``,
    which receives 1,000 rows/s in 10 ms transactions (bench/serve.py's machinery); p50 and p99 from the source's
    COMMIT to the client, for ``--latency-seconds`` without a snapshot, then while another client's snapshot of the
    big table runs (its rows drained by a FETCH client in another process), with RowsPerSecond unlimited and with
-   ``--limit`` rows/s. The output says if a snapshot ended before the window did.
+   ``--limit`` rows/s (the worker pauses ``chunk / limit`` seconds after queueing each chunk, so the rate reached is
+   below the limit). The output says if a snapshot ended before the window did, and how many chunks the worker read
+   again because the stream had passed a chunk's position before it was queued (from the worker's log).
 3. A compact table for the README's performance table: date, load average, figures and ratios.
 
-The load average (1, 5, 15 minutes) is printed before and after each part.
+The load average (1, 5, 15 minutes) is printed before and after each part. With the defaults (1,000,000 rows, chunks
+of 2,000 and 10,000, three snapshots each) a run takes 7 to 10 minutes on a 2-core machine; ``--rows 200000 --runs 1
+--latency-seconds 5`` about 2. ``--skip-throughput``, ``--skip-latency``, ``--no-drain`` (the snapshots' rows stay
+queued) and ``--latency-chunk-rows`` isolate one effect at a time.
 """
 
 from __future__ import annotations
@@ -104,6 +110,9 @@ def drain(port: int, name: str, expected: int, pipe: Connection) -> None:
 
 
 class Drainer:
+    """The snapshot's client reading its rows, in a process of its own: decoding a snapshot's replies in this process
+    would take the interpreter from the live stream's client thread, and inflate the latencies measured here."""
+
     def __init__(self, port: int, name: str, expected: int) -> None:
         context = multiprocessing.get_context("spawn")
         self.pipe, child = context.Pipe(duplex=False)
@@ -339,6 +348,30 @@ def collect(label: str) -> None:
         )
 
 
+class Background(threading.Thread):
+    """A steady stream nobody subscribes to: a source transaction every 10 ms (keys of their own in bench.events)."""
+
+    def __init__(self, source: Any, rate_rows: int) -> None:
+        super().__init__(daemon=True)
+        self.insert = event_inserter(source.connect(SCHEMA))
+        self.per_tick = max(1, rate_rows // 100)
+        self.halt = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        next_id = 2_000_000_000 - 100_000_000  # above every latency window's keys
+        tick = time.monotonic()
+        while not self.halt.is_set():
+            self.insert(list(range(next_id, next_id + self.per_tick)))
+            next_id += self.per_tick
+            tick += 0.01
+            time.sleep(max(0.0, tick - time.monotonic()))
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+
+
 # -- latency --------------------------------------------------------------------------------------------------------
 
 
@@ -440,6 +473,12 @@ def main() -> int:
     parser.add_argument("--method", choices=("auto", "consistent-snapshot", "watermark"), default="auto")
     parser.add_argument("--batch-ms", type=int, default=10, help="runbinlog --batch-ms")
     parser.add_argument("--no-drain", action="store_true", help="leave the snapshots' rows in their queues")
+    parser.add_argument(
+        "--background-rate",
+        type=int,
+        default=0,
+        help="rows/s inserted into bench.events (no subscriber) while part 1 runs, 10 ms transactions; 0: none",
+    )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     args = parser.parse_args()
@@ -498,8 +537,10 @@ def main() -> int:
         worker = Worker(dict(env, **source.source_env()), workdir, source, start_at)
 
         if not args.skip_throughput:
-            print("\n1. snapshot of the whole table, RowsPerSecond unlimited", flush=True)
+            busy = f", {args.background_rate:,} rows/s on the stream" if args.background_rate else ", the stream idle"
+            print(f"\n1. snapshot of the whole table, RowsPerSecond unlimited{busy}", flush=True)
             show_load("before", loads)
+            background = Background(source, args.background_rate) if args.background_rate else None
             for chunk_rows in chunk_sizes:
                 worker.start(chunk_rows, 0, args.method, args.batch_ms)
                 figures: dict[str, list[float]] = {}
@@ -543,6 +584,8 @@ def main() -> int:
                         f" the worker's chunk reader {n / reader:,.0f} rows/s",
                         flush=True,
                     )
+            if background is not None:
+                background.stop()
             show_load("after", loads)
 
         if not args.skip_latency:
@@ -596,7 +639,10 @@ def main() -> int:
         connections.close_all()
         source.destroy()
         drop()
+        for store_file in workdir.glob("bench.sqlite3*"):
+            store_file.unlink()
     show_load("at the end", loads)
+    print(f"the worker's and the relay server's logs: {workdir}")
     report(args, throughput, full_scans, latency, loads)
     return 0
 
@@ -613,7 +659,8 @@ def report(
     load_text = f"load {min(ones):.1f}{DASH}{max(ones):.1f}"
     store = "PostgreSQL" if args.store == "postgres" else "SQLite"
     method = "consistent snapshot" if args.method in ("auto", "consistent-snapshot") else "watermarks"
-    print(f"\nsnapshot benchmark ({store} store, MariaDB {method}, {args.rows:,} rows, loopback)")
+    busy = f", {args.background_rate:,} rows/s on the stream in part 1" if args.background_rate else ""
+    print(f"\nsnapshot benchmark ({store} store, MariaDB {method}, {args.rows:,} rows{busy}, loopback)")
     if throughput:
         print(f"  rows/s, median of {args.runs} (a full scan by PyMySQL: {rate(median(full_scans))} rows/s):")
         header = ("chunk", "request→done", "started→finished", "client got all", "raw chunked", "chunk reader")
@@ -650,7 +697,8 @@ def report(
             )
         print(
             f"| `snapshot.py`: {args.rows:,}-row table, 6 columns, {store}, MariaDB {method}, RowsPerSecond"
-            f" unlimited, {'rows drained by a FETCH client' if not args.no_drain else 'rows left queued'}"
+            f" unlimited, {'rows drained by a FETCH client' if not args.no_drain else 'rows left queued'},"
+            f" {f'{args.background_rate:,} rows/s on the stream' if args.background_rate else 'the stream idle'}"
             f" (median of {args.runs}, {today}, {load_text}) | {'; '.join(parts)}; a full scan by PyMySQL"
             f" {rate(median(full_scans))} rows/s | — |"
         )

@@ -432,7 +432,8 @@ class Worker:
                 wait = batch_seconds - (now - first_at) if pending else 0.25
                 if self._snapshots is not None:
                     self._snapshots.tick()
-                    wait = min(wait, 0.05) if self._snapshots.busy else wait
+                    if self._snapshots.busy:
+                        wait = min(wait, 0.005 if self._snapshots.reading else 0.05)
                 for tx in self._items(handoff, max(wait, 0.001)):
                     if tx is None:
                         if not pending:

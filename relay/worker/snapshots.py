@@ -93,6 +93,9 @@ class _Job:
     marks: tuple[str, str] = ("", "")  # watermarks of the chunk being read
     window: set[tuple[object, ...]] | None = None  # keys changed since the low watermark was seen
     not_before: float = 0.0  # the rate limit's next read
+    # The rate limit as a rate: rows read since ``paced_from`` may not pass RowsPerSecond times the time since.
+    paced_from: float = 0.0
+    paced_rows: int = 0
     # Consistent snapshot: the position of the chunk being read, known (from the reader thread) before its rows.
     point: Position | None = None
     point_known: threading.Event = field(default_factory=threading.Event)
@@ -138,6 +141,13 @@ class SnapshotCoordinator:
     def busy(self) -> bool:
         """A snapshot is under way: the worker looks at it more often than an idle stream needs."""
         return self._job is not None or bool(self._finishing)
+
+    @property
+    def reading(self) -> bool:
+        """A chunk is being read or waits to be queued: the worker looks for it every few milliseconds, so an idle
+        stream does not slow a snapshot down."""
+        job = self._job
+        return job is not None and job.pending is not None
 
     def _ready_reader(self) -> ChunkReader | None:
         """The chunk reader, once the method is known (``auto`` needs the source's version)."""
@@ -481,7 +491,12 @@ class SnapshotCoordinator:
         job.first = False
         self._drop_read(job)
         rate = self.settings.rows_per_second
-        job.not_before = time.monotonic() + (len(chunk.rows) / rate if rate > 0 else 0.0)
+        if rate > 0:
+            now = time.monotonic()
+            if not job.paced_from or now - job.not_before > 1.0:  # the first chunk, or one that waited on the stream
+                job.paced_from, job.paced_rows = now, 0
+            job.paced_rows += len(chunk.rows)
+            job.not_before = job.paced_from + job.paced_rows / rate
         if chunk.complete:
             self._job = None
         return Transaction(changes, at)
