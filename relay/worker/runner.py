@@ -519,10 +519,13 @@ class Worker:
             else self._snapshots.arrange(batch, self._applied)
         )
         # The status report rides in the batch's transaction (one WorkerStatus write, one commit, one WAL flush).
+        started = time.monotonic()
         with transaction.atomic():
             SnapshotCoordinator.record(placed)
             ingestor.apply(items, status=self._progress(batch[-1]))
             self._sample()
+        if placed and self._snapshots is not None:
+            self._snapshots.applied(time.monotonic() - started, live=any(tx.changes for tx in batch))
         self._applied = items[-1].position
         self.changelog.write(batch)
 
@@ -533,9 +536,12 @@ class Worker:
         items, placed = self._snapshots.arrange([], self._applied)
         if not items:
             return
+        started = time.monotonic()
         with transaction.atomic():
             SnapshotCoordinator.record(placed)
             ingestor.apply(items)
+        if placed:
+            self._snapshots.applied(time.monotonic() - started, live=False)
 
     def _progress(self, last: Transaction) -> dict[str, Any]:
         """The WorkerStatus fields a batch ending with ``last`` reports (written by the ingest's one status update)."""

@@ -60,6 +60,9 @@ log = logging.getLogger("relay.worker")
 CHECK_SECONDS = 0.5
 #: The longest the stream waits for a chunk it has reached (the read of one chunk: milliseconds, normally).
 CHUNK_WAIT_SECONDS = 15.0
+#: While the stream is live, a chunk is sized to be written in about this long (a live row may wait that much).
+LIVE_CHUNK_SECONDS = 0.015
+MIN_CHUNK_ROWS = 50
 #: After a source error, the next chunk read waits this long.
 RETRY_SECONDS = 2.0
 #: MySQL client errors that a later attempt can get past (the source or the network went away).
@@ -136,6 +139,7 @@ class SnapshotCoordinator:
         self._checked = 0.0
         self._finishing: list[tuple[_Job, str, str]] = []  # (job, state, error): end markers to queue
         self._inflight: Future[Any] | None = None  # the reader thread's current task
+        self._chunk_rows = settings.chunk_rows  # the next chunk's size: smaller while the stream is live
 
     @property
     def busy(self) -> bool:
@@ -196,7 +200,7 @@ class SnapshotCoordinator:
 
             assert self.reader is not None
             job.pending = self._inflight = self._threads.submit(
-                self.reader.read, job.plan, job.last_key, self.settings.chunk_rows, job.where, (low, high), found
+                self.reader.read, job.plan, job.last_key, self._chunk_rows, job.where, (low, high), found
             )
 
     def _thread_free(self) -> bool:
@@ -532,6 +536,19 @@ class SnapshotCoordinator:
             ("snapshot", "rows", "state", "error"),
             (str(job.snapshot_id), str(rows) if rows >= 0 else None, state, error or None),
         )
+
+    def applied(self, seconds: float, live: bool) -> None:
+        """How long the batch that queued a chunk took, and whether it held the stream's transactions too.
+
+        A live row that comes while a chunk is written waits for that write: while the stream is live, chunks are
+        sized so that one is written in about LIVE_CHUNK_SECONDS; on a quiet stream they grow back to ChunkRows.
+        """
+        ceiling = self.settings.chunk_rows
+        if live:
+            scaled = int(self._chunk_rows * LIVE_CHUNK_SECONDS / max(seconds, 0.001))
+            self._chunk_rows = max(min(scaled, 2 * self._chunk_rows, ceiling), min(MIN_CHUNK_ROWS, ceiling))
+        else:
+            self._chunk_rows = min(2 * self._chunk_rows, ceiling)
 
     # -- progress, in the batch's transaction -----------------------------------------------------------------------
 
