@@ -457,3 +457,21 @@ def test_a_frozen_source_connection_holds_neither_the_stream_nor_the_snapshot(
         worker.stop()
     finally:
         proxy.close()
+
+
+def test_chunks_shrink_while_the_stream_is_live_and_grow_back_when_it_is_quiet() -> None:
+    from relay.config import SnapshotConfig
+    from relay.worker.snapshots import SnapshotCoordinator
+
+    coordinator = SnapshotCoordinator({}, SnapshotConfig(chunk_rows=2_000), lambda: "")
+    try:
+        sizes = []
+        for seconds, live in [(0.060, True), (0.030, True), (0.001, True), (0.015, True), (0.2, False), (0.2, False)]:
+            coordinator.applied(seconds, live)
+            sizes.append(coordinator.next_chunk_rows)
+        # 15 ms of writing per chunk while live (doubling at most per chunk), ChunkRows again once quiet.
+        assert sizes == [500, 250, 500, 500, 1_000, 2_000]
+        coordinator.applied(100.0, True)
+        assert coordinator.next_chunk_rows == 50  # never below MIN_CHUNK_ROWS: a slow store still gets on
+    finally:
+        coordinator.close()

@@ -537,6 +537,10 @@ class SnapshotCoordinator:
             (str(job.snapshot_id), str(rows) if rows >= 0 else None, state, error or None),
         )
 
+    @property
+    def next_chunk_rows(self) -> int:
+        return self._chunk_rows
+
     def applied(self, seconds: float, live: bool) -> None:
         """How long the batch that queued a chunk took, and whether it held the stream's transactions too.
 
