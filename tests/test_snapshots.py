@@ -282,6 +282,9 @@ def test_a_request_needs_a_filter_that_covers_the_table(fresh_schema: tuple[Mari
     subscribe("copy", 1, schema, "t*")
     with pytest.raises(SnapshotRefused, match="SLEEP"):
         request_snapshots(Client.objects.get(name="copy"), [(schema, "t")], where="id > 0 AND SLEEP(10)")
+    subscribe("copy", 7, "*", "*")
+    with pytest.raises(SnapshotRefused, match="the server's own schemas"):
+        request_snapshots(Client.objects.get(name="copy"), [("mysql", "user")])
     first = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")], where="id > 5")
     again = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")], where="id > 5")
     assert [s.id for s in first] == [s.id for s in again]  # asking again attaches to the one under way

@@ -23,6 +23,7 @@ MAX_TABLES_PER_REQUEST = 100
 #: Snapshots a client may have pending or running at once.
 MAX_ACTIVE_PER_CLIENT = 100
 INSERT_BIT = 1
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 
 
 class SnapshotRefused(StoreError):
@@ -68,6 +69,9 @@ def request_snapshots(client: Client, tables: Sequence[tuple[str, str]], where: 
         for schema, table in tables:
             if "*" in schema + table or "?" in schema + table:
                 raise SnapshotRefused(f"{schema}.{table}: name one table, without wildcards")
+            if schema.lower() in SYSTEM_SCHEMAS:
+                # A filter of * on * covers them, but their rows (accounts, password hashes) are the server's own.
+                raise SnapshotRefused(f"{schema}.{table}: the server's own schemas are not snapshot")
             if covering_filter(client.id, schema, table) is None:
                 raise SnapshotRefused(
                     f"client {client.name!r} has no filter that covers inserts on {schema}.{table}; "
