@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from devtools.wait import wait_for
 from relay import store
-from relay.management.commands.snapshot import bar_line, plain_line
+from relay.management.snapshotwatch import bar_line, plain_line
 from relay.models import Client, Snapshot, WorkerStatus
 from relay.store.snapshots import cancel_snapshots
 from tests.helpers.mariadb import MariaDB
