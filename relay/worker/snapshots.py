@@ -15,7 +15,8 @@ The chunk's point is (binlog/snapshot.py):
   watermarks touched (that change, queued before, carries the newer image or the delete).
 
 A chunk is read only after the previous one was queued, and no sooner than the rate limit allows, so at most one
-chunk is held in memory and a snapshot never takes more of the worker than its settings give it.
+chunk is held in memory and a snapshot never takes more of the worker than its settings give it. While the stream is
+live, chunks are sized so that writing one takes about 15 ms: a live row waits for the chunk written in its batch.
 """
 
 from __future__ import annotations
@@ -324,8 +325,9 @@ class SnapshotCoordinator:
             assert job.point is not None
             point = _position_key(job.point)
             if _position_key(applied) > point:
-                # Cannot happen with one source (a chunk is read at or after what the stream has reached); after
-                # a failover to another server the positions are not comparable: read the chunk again.
+                # A transaction the stream had already applied was not yet visible to the snapshot (it is in the
+                # binlog a moment before its commit), or the source failed over and positions do not compare: the
+                # chunk cannot be placed exactly, so it is read again.
                 log.info(
                     "snapshot #%s: the stream (%s) is past the chunk's position %s; reading it again",
                     job.snapshot_id,
