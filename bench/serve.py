@@ -12,14 +12,16 @@ Measures, against ``manage.py runrelay`` in its own process and a fresh store:
    replicated by ``manage.py runbinlog --batch-ms 10``, measured from the source's COMMIT. Otherwise (``--synthetic``
    or no binlog stream) a writer commits queue entries the way the worker does, every 10 ms.
 
-Each figure is the median of three runs. The store is a new PostgreSQL database (the test suite's server) or a new
-SQLite file, dropped at the end.
+Each figure is a median: of 7 POLL runs (``--poll-runs``) and of 3 runs for the others (``--runs``); ``--only``
+runs one measure, ``--event-loop`` picks the relay's event loop. The store is a new PostgreSQL database (the test
+suite's server) or a new SQLite file, dropped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
@@ -245,8 +247,24 @@ def poll_loop(client: Client, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def bench_poll(port: int, relay_pid: int, runs: int, per_run: int) -> tuple[list[float], list[float], list[float]]:
-    """(relay POLLs/s, reference round trips/s, relay CPU microseconds per POLL) per run, the two alternating."""
+def pin(pid: int, cpus: set[int]) -> None:
+    """Sets the CPUs of every thread of a process (a thread started later inherits its starter's)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+def bench_poll(
+    port: int, relay_pid: int, runs: int, per_run: int, cpu: int | None
+) -> tuple[list[float], list[float], list[float]]:
+    """(relay POLLs/s, reference round trips/s, relay CPU microseconds per POLL) per run, the two alternating.
+
+    With ``cpu``, the client and each server (every thread of the relay) run on that one CPU: where the scheduler
+    puts a client and its server changes a round trip here several times over (on this 2-core VM a blocking echo
+    makes 55-65 k round trips/s on one CPU, 12-18 k across two), so unpinned runs of either side fall in one mode or
+    the other by chance. The relay's threads stay on the one CPU too: a hand-over between CPUs costs more here than
+    the work it would move off the event loop's CPU (measured: more CPU per POLL, no more POLLs).
+    """
     from relay.models import Client as ClientRow
 
     client = Client(port, "bench-poll")
@@ -257,22 +275,30 @@ def bench_poll(port: int, relay_pid: int, runs: int, per_run: int) -> tuple[list
     head = client._recv(REPLY_HEADER_SIZE)
     reply = head + client._recv(struct.unpack_from("<I", head, 1)[0])
     reference, reference_port = start_reference(reply)
+    unpinned = {"client": os.sched_getaffinity(0), "relay": os.sched_getaffinity(relay_pid)}
     try:
+        if cpu is not None:
+            pin(os.getpid(), {cpu})
+            pin(reference.pid, {cpu})
         echo = Client.__new__(Client)
         echo.sock = socket.create_connection(("127.0.0.1", reference_port))
         echo.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         echo.client_id, echo.token = client.client_id, client.token
-        rates, references, cpu = [], [], []
+        rates, references, cpu_used = [], [], []
         for _ in range(runs):
             references.append(poll_loop(echo, per_run))
+            if cpu is not None:
+                pin(relay_pid, {cpu})
             before = process_cpu(relay_pid)
             rates.append(poll_loop(client, per_run))
-            cpu.append((process_cpu(relay_pid) - before) / per_run * 1e6)
+            cpu_used.append((process_cpu(relay_pid) - before) / per_run * 1e6)
         echo.sock.close()
     finally:
         reference.terminate()
         reference.wait(10)
-    return rates, references, cpu
+        pin(os.getpid(), unpinned["client"])
+        pin(relay_pid, unpinned["relay"])
+    return rates, references, cpu_used
 
 
 def bench_fetch(port: int, clients: int, runs: int, per_client: int) -> list[float]:
@@ -426,6 +452,27 @@ def bench_latency_binlog(port: int, env: dict[str, str], workdir: Path, seconds:
         source.destroy()
 
 
+def measure_poll(port: int, relay_pid: int, runs: int, per_run: int, pin_cpu: int) -> list[tuple[str, str, str]]:
+    load = os.getloadavg()[0]
+    poll, reference, cpu = bench_poll(port, relay_pid, runs, per_run, pin_cpu if pin_cpu >= 0 else None)
+    ratio = statistics.median(poll) / statistics.median(reference)
+    results = [
+        ("POLL round trips/s, 1 client", f"{statistics.median(poll):,.0f}", ""),
+        ("reference round trips/s (blocking socket server)", f"{statistics.median(reference):,.0f}", ""),
+        ("POLL / reference", f"{ratio:.3f}x", f">= {TARGETS['poll_ratio']}x"),
+        ("relay CPU per POLL, microseconds", f"{statistics.median(cpu):.1f}", ""),
+    ]
+    for line in results:
+        print(line, flush=True)
+    print(
+        f"  runs: POLL {', '.join(f'{r:,.0f}' for r in poll)};"
+        f" reference {', '.join(f'{r:,.0f}' for r in reference)};"
+        f" CPU/POLL {', '.join(f'{c:.1f}' for c in cpu)} us; load {load:.2f} -> {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    return results
+
+
 def bench_latency(
     port: int, env: dict[str, str], workdir: Path, synthetic: bool, seconds: float
 ) -> list[tuple[str, str, str]]:
@@ -468,8 +515,30 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--synthetic", action="store_true", help="latency without MariaDB and the worker")
     parser.add_argument("--latency-seconds", type=float, default=10)
-    parser.add_argument("--polls", type=int, default=20_000, help="POLL round trips per run (default 20,000)")
-    parser.add_argument("--poll-only", action="store_true", help="measure POLL against its reference only")
+    parser.add_argument(
+        "--poll-runs",
+        type=int,
+        default=7,
+        help="POLL runs, each after a run of the reference (default 7: short, alternating runs keep a burst of load"
+        " from weighing on one side only)",
+    )
+    parser.add_argument("--polls", type=int, default=10_000, help="POLL round trips per run (default 10,000)")
+    parser.add_argument(
+        "--pin-cpu",
+        type=int,
+        default=0,
+        help="the CPU that the POLL client and its server (the reference, the relay's threads) share; -1: leave"
+        " them where the scheduler puts them (default 0)",
+    )
+    parser.add_argument(
+        "--only", choices=("poll", "fetch", "latency"), help="run one of the three measures (default: all)"
+    )
+    parser.add_argument(
+        "--event-loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="the relay server's event loop (RELAY_EVENT_LOOP; default auto: uvloop when installed)",
+    )
     parser.add_argument("--reference-server", metavar="REPLY_HEX", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_server:
@@ -486,6 +555,7 @@ def main() -> int:
         RELAY_DATA_DIR=str(workdir),
         RELAY_SERVER_AUTHSECRET=SECRET,
         RELAY_LOG_LEVEL="WARNING",
+        RELAY_EVENT_LOOP=args.event_loop,
     )
     os.environ.update(env)
     import django
@@ -499,22 +569,9 @@ def main() -> int:
     results: list[tuple[str, str, str]] = []
     try:
         wait_port(port, relay, log)
-        load = os.getloadavg()[0]
-        poll, reference, cpu = bench_poll(port, relay.pid, args.runs, args.polls)
-        ratio = statistics.median(poll) / statistics.median(reference)
-        results.append(("POLL round trips/s, 1 client", f"{statistics.median(poll):,.0f}", ""))
-        results.append(("reference round trips/s (blocking socket server)", f"{statistics.median(reference):,.0f}", ""))
-        results.append(("POLL / reference", f"{ratio:.3f}x", f">= {TARGETS['poll_ratio']}x"))
-        results.append(("relay CPU per POLL, microseconds", f"{statistics.median(cpu):.1f}", ""))
-        for line in results:
-            print(line, flush=True)
-        print(
-            f"  runs: POLL {', '.join(f'{r:,.0f}' for r in poll)};"
-            f" reference {', '.join(f'{r:,.0f}' for r in reference)};"
-            f" CPU/POLL {', '.join(f'{c:.1f}' for c in cpu)} us; load {load:.2f} -> {os.getloadavg()[0]:.2f}",
-            flush=True,
-        )
-        for clients, per_client in () if args.poll_only else ((1, 50_000), (50, 2_000)):
+        if args.only in (None, "poll"):
+            results += measure_poll(port, relay.pid, args.poll_runs, args.polls, args.pin_cpu)
+        for clients, per_client in ((1, 50_000), (50, 2_000)) if args.only in (None, "fetch") else ():
             rates = bench_fetch(port, clients, args.runs, per_client)
             results.append(
                 (
@@ -524,7 +581,7 @@ def main() -> int:
                 )
             )
             print(results[-1], flush=True)
-        if not args.poll_only:
+        if args.only in (None, "latency"):
             results += bench_latency(port, env, workdir, args.synthetic, args.latency_seconds)
     finally:
         relay.terminate()
@@ -533,7 +590,10 @@ def main() -> int:
 
         connections.close_all()
         drop()
-    print(f"\nrelay server benchmark ({args.store} store, median of {args.runs} runs, loopback)")
+    print(
+        f"\nrelay server benchmark ({args.store} store, {args.event_loop} event loop, medians of {args.poll_runs} POLL"
+        f" and {args.runs} FETCH runs, loopback)"
+    )
     width = max(len(name) for name, _, _ in results)
     for name, value, target in results:
         print(f"  {name:<{width}}  {value:>10}  {target}")

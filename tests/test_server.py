@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+import socket
 import struct
 import threading
 import time
@@ -35,6 +37,7 @@ from clientproto import (
 )
 from devtools.wait import wait_for
 from relay.models import Client, Filter, ServedEvent
+from relay.server import event_loop_factory
 from tests.helpers.queues import enqueue
 from tests.helpers.relay_server import SECRET, RawClient, ServerThread
 
@@ -60,9 +63,13 @@ NO_SESSION_REPLY = bytes.fromhex(
 )
 
 
-@pytest.fixture
-def relay() -> Iterator[ServerThread]:
-    server = ServerThread().start()
+#: The server's two event loops: every test of a running server runs on both.
+EVENT_LOOPS = ["asyncio", "uvloop"]
+
+
+@pytest.fixture(params=EVENT_LOOPS)
+def relay(request: pytest.FixtureRequest) -> Iterator[ServerThread]:
+    server = ServerThread(event_loop=request.param).start()
     yield server
     server.stop()
 
@@ -645,3 +652,180 @@ def test_fetch_read_ahead_is_not_served_to_a_replaced_session(relay: ServerThrea
     newer = authed(relay)  # closes the older connection; its read-ahead of 11..20 is never served
     assert client.closed_by_peer()
     assert [e.seq for e in fetch(newer, 100).events] == list(range(11, 31))
+
+
+# -- the POLL path: pre-rendered replies, requests served without a task, the topped-up read-ahead ------------------
+
+
+def test_pre_rendered_poll_frames_are_byte_identical_to_the_reference_encoder() -> None:
+    from clientproto import encode_poll, encode_pollv2, poll_reply
+    from relay.server import render
+    from relay.store.rowcodec import wire_columns
+
+    entries = _stored_variants()
+    entries += [entry._replace(kind=8) for entry in entries[:4]]  # a snapshot's rows go out as INSERTs
+    for entry in entries:
+        event_type = 1 if entry.kind == 8 else entry.kind
+        position = ((entry.timestamp & 0xFFFFFFFF) << 32) | (entry.binlog_pos & 0xFFFFFFFF)
+        columns = wire_columns(entry.data)
+        names = (entry.schema_name, entry.table_name)
+        for v2, instance_id in ((False, 0), (True, 1_699_990_000), (True, 0xFFFFFFFF)):
+            rendered = render.poll_render(entry, v2, instance_id)
+            for queue_size in (0, 3, 255, 256, 65_536, 0xFFFFFFFF, 1 << 40):
+                if v2:
+                    payload = encode_pollv2(event_type, position, queue_size, instance_id, *names, columns)
+                else:
+                    payload = encode_poll(event_type, position, queue_size, *names, columns)
+                assert render.poll_frame(rendered, queue_size) == poll_reply(payload), (entry, v2, queue_size)
+    # Shared between sessions, keyed by content: the same change for another client (another seq) shares its
+    # render; other content, another command or another InstanceID never does.
+    cache = render.PollRenderCache(size=8)  # small: evictions happen along the way
+    for _ in range(2):
+        for entry in entries:
+            for v2, instance_id in ((False, 0), (True, 7)):
+                assert cache.render(entry._replace(seq=entry.seq + 1000), v2, instance_id) == render.poll_render(
+                    entry, v2, instance_id
+                )
+    assert len(cache) <= 8
+    first = entries[0]
+    assert cache.render(first, True, 7) is cache.render(first._replace(seq=1), True, 7)
+    assert cache.render(first, True, 8).instance_id == 8 and not cache.render(first, False, 7).v2
+    changed = first._replace(data=entries[1].data)
+    assert cache.render(changed, True, 7) == render.poll_render(changed, True, 7) != cache.render(first, True, 7)
+
+
+def test_requests_sent_ahead_are_answered_in_order(relay: ServerThread) -> None:
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": str(i)} for i in range(4)])
+
+    def frame(command: int, payload: bytes = b"") -> bytes:
+        return encode_request(command, payload, client_id=client.client_id, token=client.token)
+
+    # One write: POLLs served from the read-ahead, requests that need the store, a PING, an error, in between.
+    client.send(
+        frame(Command.POLL)
+        + frame(Command.STATUS)
+        + frame(Command.POLL)
+        + frame(Command.PING)
+        + frame(Command.POLLV2)
+        + frame(0x42)
+        + frame(Command.POLL)
+        + frame(Command.POLL)
+    )
+    replies = [client.reply() for _ in range(8)]
+    assert [reply[0] for reply in replies] == [
+        Result.OK,
+        Result.OK,
+        Result.OK,
+        Result.OK,
+        Result.OK,
+        Result.UNKNOWN_COMMAND,
+        Result.OK,
+        Result.EMPTY,
+    ]
+    polled = [replies[0], replies[2], replies[6]]
+    assert [decode_poll_reply(reply[9:]).columns[0].after for reply in polled] == [b"0", b"1", b"3"]
+    assert decode_pollv2_reply(replies[4][9:]).columns[0].after == b"2"
+    assert replies[3][9:] == b"PONG\x00"
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 4)
+
+
+def test_a_long_queue_comes_whole_and_in_order_through_the_read_ahead(relay: ServerThread) -> None:
+    from relay.server import queues
+
+    client = authed(relay)
+    total = 3 * queues.READ_AHEAD + 17
+    enqueue(client.client_id, [{"id": str(i)} for i in range(total)])
+    ids, sizes = [], []
+    for n in range(total):
+        if n == total // 2:  # more arrive while the read-ahead is being topped up
+            enqueue(client.client_id, [{"id": str(total + i)} for i in range(5)])
+        if n % 40 == 0:
+            time.sleep(0.02)  # write-behinds (and so top-ups) happen in between
+        command = Command.POLLV2 if n % 7 == 3 else Command.POLL  # the read-ahead is rendered for one of them
+        result, payload = client.request(command)
+        assert result == Result.OK, n
+        event = decode_pollv2_reply(payload) if command == Command.POLLV2 else decode_poll_reply(payload)
+        ids.append(int(event.columns[0].after))
+        sizes.append(event.queue_size)
+    ids += [int(decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after) for _ in range(5)]
+    assert ids == list(range(total + 5))
+    assert client.request(Command.POLL) == (Result.EMPTY, b"")
+    assert sizes[0] == total - 1 and sizes[-1] == 5
+    assert sizes[: total // 2] == list(range(total - 1, total - 1 - total // 2, -1))
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == total + 5)
+    wait_for(lambda: Client.objects.get(id=client.client_id).served == total + 5)
+    history = ServedEvent.objects.filter(client_id=client.client_id).order_by("seq")
+    wait_for(lambda: history.count() == 10 and history.last().seq == total + 5)  # type: ignore[union-attr]
+
+
+def _reluctant_reader(relay: ServerThread) -> RawClient:
+    """A connection whose receive buffer is small and which reads nothing unless asked: TCP takes little of a
+    reply sent to it."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", relay.port))
+    client = RawClient(sock)
+    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), "reluctant"))
+    assert result == Result.OK
+    _, client.token, client.client_id = struct.unpack("<QII", payload)
+    return client
+
+
+@pytest.mark.parametrize("command", [Command.POLL, Command.FETCH])
+def test_a_reply_tcp_did_not_take_whole_delivers_nothing(relay: ServerThread, command: int) -> None:
+    client = _reluctant_reader(relay)
+    big = "x" * (24 << 20)  # more than the socket buffers on both sides hold
+    enqueue(client.client_id, [{"id": "1", "blob": big}, {"id": "2", "blob": "small"}])
+    payload = encode_fetch(10, 0) if command == Command.FETCH else b""
+    client.send(encode_request(command, payload, client_id=client.client_id, token=client.token))
+    time.sleep(1.0)  # the relay writes what TCP takes, then waits for the rest
+    row = Client.objects.get(id=client.client_id)
+    assert row.acked_seq == 0 and row.served == 0
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()  # with the reply half read: it delivered nothing
+    wait_for(lambda: not Client.objects.get(id=client.client_id).connected)
+    again = authed(relay, "reluctant")
+    if command == Command.FETCH:
+        assert [e.seq for e in fetch(again, 10).events] == [1]  # alone: it is over FETCH's byte budget
+    else:
+        result, reply = again.request(Command.POLL)
+        assert result == Result.OK and decode_poll_reply(reply).columns[1].after == big.encode()
+    row = Client.objects.get(id=client.client_id)
+    assert row.served == 0 or row.acked_seq >= 1  # counted only by the second session
+
+
+def test_a_reply_taken_slowly_is_delivered_once_tcp_has_it_all(relay: ServerThread) -> None:
+    client = _reluctant_reader(relay)
+    big = "y" * (8 << 20)
+    enqueue(client.client_id, [{"id": "1", "blob": big}, {"id": "2"}])
+    client.send(encode_request(Command.POLL, client_id=client.client_id, token=client.token))
+    time.sleep(0.5)
+    assert Client.objects.get(id=client.client_id).acked_seq == 0
+    frame = client.reply()  # read at last: the relay hands TCP the rest, and the reply counts
+    assert decode_poll_reply(frame[9:]).columns[1].after == big.encode()
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 1)
+    assert decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after == b"2"
+
+
+# -- the event loop -----------------------------------------------------------------------------------------------
+
+
+def test_the_server_runs_on_the_chosen_event_loop(relay: ServerThread) -> None:
+    assert relay.loop is not None
+    uses_uvloop = type(relay.loop).__module__.startswith("uvloop")
+    assert uses_uvloop == (relay.loop_factory is not asyncio.new_event_loop)  # type: ignore[attr-defined]
+
+
+def test_the_event_loop_is_uvloop_unless_asked_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvloop
+
+    monkeypatch.delenv("RELAY_EVENT_LOOP", raising=False)
+    assert event_loop_factory() is uvloop.new_event_loop  # installed (requirements.txt): the default
+    assert event_loop_factory("asyncio") is asyncio.new_event_loop
+    monkeypatch.setenv("RELAY_EVENT_LOOP", "asyncio")
+    assert event_loop_factory() is asyncio.new_event_loop
+    assert event_loop_factory("UVLoop") is uvloop.new_event_loop
+    with pytest.raises(ValueError, match="RELAY_EVENT_LOOP='trio': not one of auto, uvloop, asyncio"):
+        event_loop_factory("trio")

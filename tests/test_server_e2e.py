@@ -26,8 +26,17 @@ def test_runrelay_refuses_an_empty_secret() -> None:
     assert "[Server] AuthSecret" in relay.output
 
 
-def test_runrelay_stops_gracefully_on_sigterm() -> None:
-    relay, port = start_relay()
+def test_runrelay_refuses_an_unknown_event_loop() -> None:
+    relay = RelayProcess(relay_env(None, RELAY_EVENT_LOOP="trio"), "runrelay", "--port", "0").start()
+    assert relay.wait(60) == 1
+    assert "configuration error: RELAY_EVENT_LOOP='trio': not one of auto, uvloop, asyncio" in relay.output
+    assert "Traceback" not in relay.output
+
+
+@pytest.mark.parametrize("event_loop", ["auto", "asyncio"])  # auto: uvloop, installed by requirements.txt
+def test_runrelay_stops_gracefully_on_sigterm(event_loop: str) -> None:
+    relay, port = start_relay(None, RELAY_EVENT_LOOP=event_loop)
+    assert f"event loop {'uvloop' if event_loop == 'auto' else 'asyncio'})" in relay.output
     with RelayClient("127.0.0.1", port, SECRET, "graceful", reconnect=False) as client:
         client.ping()
         assert Client.objects.get(name="graceful").connected

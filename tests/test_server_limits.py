@@ -47,10 +47,12 @@ def auth_header(payload_size: int) -> bytes:
     return struct.pack("<HHIIIIIII", Command.AUTH, 0, payload_size, 0x00010020, 0, 0, 0, 0, 0)
 
 
-@pytest.fixture
-def limited(monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerThread]:
+@pytest.fixture(params=["asyncio", "uvloop"])
+def limited(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[ServerThread]:
     monkeypatch.setattr(server_module, "EVICTION_GRACE", 0.0)  # any connection without a session may make room
-    server = ServerThread(auth_timeout=0.5, io_timeout=0.5, idle_timeout=600, max_connections_per_address=4).start()
+    server = ServerThread(
+        event_loop=request.param, auth_timeout=0.5, io_timeout=0.5, idle_timeout=600, max_connections_per_address=4
+    ).start()
     yield server
     server.stop()
 
@@ -135,6 +137,31 @@ def test_a_full_address_closes_its_oldest_unauthenticated_connection(
     assert limited.connect().closed_by_peer(timeout=2)
     assert third.request(Command.PING) == (Result.OK, b"PONG\x00")
     assert fourth.request(Command.PING) == (Result.OK, b"PONG\x00")
+
+
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+def test_connections_that_never_send_a_whole_request_make_room_first(event_loop: str) -> None:
+    relay = ServerThread(
+        event_loop=event_loop, max_connections=4
+    ).start()  # the real graces: 50 ms silent, 1 s without AUTH
+    try:
+        first = authed(relay, "first")
+        pinged = relay.connect()  # a whole request, no session yet
+        pinged.send(PING)
+        assert pinged.reply() == PONG
+        silent = [relay.connect(), relay.connect()]
+        silent[0].send(PING[:1])  # a byte, never a whole request
+        time.sleep(0.2)
+        # Each newcomer takes the place of the oldest silent connection, though none is a second without a session.
+        newcomers = [authed(relay, f"new-{n}") for n in range(2)]
+        assert all(client.closed_by_peer(timeout=2) for client in silent)
+        for client in (first, pinged, *newcomers):
+            assert client.request(Command.PING) == (Result.OK, b"PONG\x00")
+        # None silent left, and the one without a session is under a second old: the next newcomer is refused.
+        assert relay.connect().closed_by_peer(timeout=2)
+        assert pinged.request(Command.PING) == (Result.OK, b"PONG\x00")
+    finally:
+        relay.stop()
 
 
 # -- manage.py runrelay as a process --------------------------------------------------------------------------------

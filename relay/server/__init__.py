@@ -1,21 +1,26 @@
 """The relay server (``manage.py runrelay``): the relay protocol over TCP, on the store's durable queues.
 
-Architecture: one asyncio event loop accepts connections and parses frames (clientproto); every store call runs in
-a small pool of store threads (:mod:`.database`), so a slow query never blocks the loop. Each connection has at most
-one request in flight; each authenticated connection holds a session (:mod:`.queues`) with its own read-ahead of
-its client's queue. Long-polling FETCHes wait on :mod:`.wakeup` (PostgreSQL LISTEN/NOTIFY, or a 10 ms poll of the
-waiting clients' queues on SQLite). The History column is written in batches (:mod:`.history`). SNAPSHOT requests
-go through the store's snapshot API (:mod:`.snapshots`); a snapshot's rows and markers are rendered by :mod:`.render`
-and passed over by POLL sessions (:mod:`.queues`).
+Architecture: one asyncio event loop (uvloop's when installed, :func:`event_loop_factory`) accepts connections;
+each connection is a protocol whose callbacks parse its frames (clientproto); every store call runs in a small pool
+of store threads (:mod:`.database`), so a slow query never blocks the loop. Each connection has at most one request
+in flight; each authenticated connection holds a session (:mod:`.queues`) with its own read-ahead of its client's
+queue, rendered in the store threads and topped up with the session's write-behind, so a legacy POLL is answered
+within the callback that brought it: no task, no store call, a few microseconds of Python. Long-polling FETCHes
+wait on :mod:`.wakeup` (PostgreSQL LISTEN/NOTIFY, or a 10 ms poll of the waiting clients' queues on SQLite). The
+History column is written in batches (:mod:`.history`). SNAPSHOT requests go through the store's snapshot API
+(:mod:`.snapshots`); a snapshot's rows and markers are rendered by :mod:`.render` and passed over by POLL sessions
+(:mod:`.queues`).
 
 Limits (:class:`ServerOptions`): before AUTH a request's payload is at most ``MAX_UNAUTHENTICATED_PAYLOAD`` and a
 connection must authenticate within ``auth_timeout``; a request begun must arrive within ``io_timeout``; connections
-are capped in total and per remote address, a new one replacing the oldest unauthenticated one. So connections that
-never authenticate cost a few KiB each, for a few seconds, and cannot lock clients out.
+are capped in total and per remote address, a new one replacing the oldest connection that has sent no whole request
+(after 50 ms), else the oldest unauthenticated one (after a second). So connections that never authenticate cost a
+few KiB each, for a few seconds, and cannot lock clients out however fast they come.
 
 Delivery semantics:
 
-* A reply delivers its events only once all of it is with TCP (``drain`` with no write buffer): a reply whose
+* A reply delivers its events only once all of it is with TCP (the transport holds none of it: its write buffer
+  limit is 0, so it says at once when TCP did not take a reply whole, and again when it has): a reply whose
   sending fails (the client went away, refused it, or did not read it within the I/O timeout) moves nothing, and
   its events come again.
 * POLL, POLLV2 and FETCH without MANUAL_ACK acknowledge what they send: the reply goes out first, then the head
@@ -37,21 +42,12 @@ Delivery semantics:
   newer session). Each process also compares its sessions' tokens with the store every 2 s (0.2 s on SQLite,
   which has no notification). Until then a replaced session may serve from its read-ahead what the new session
   gets again: at-least-once.
-* The read-ahead may serve an entry the worker's unqueue-oldest policy dropped a moment before (at most one
-  read-ahead of 128 entries for POLL, one batch for auto-ack FETCH); it never skips an entry the policy kept.
+* The read-ahead may serve an entry the worker's unqueue-oldest policy dropped a moment before (at most two
+  read-aheads of 128 entries for POLL, one batch for auto-ack FETCH); it never skips an entry the policy kept.
   An auto-ack FETCH that left entries queued reads the next batch right after its reply (with the write-behind
   of that reply); the next FETCH of the same size serves it, any other request reads the queue again.
 """
 
-from relay.server.server import RelayServer, ServerOptions, serve
+from relay.server.server import RelayServer, ServerOptions, event_loop_factory, serve
 
-__all__ = ["RelayServer", "ServerOptions", "serve"]
-
-import os as _os
-
-if _os.environ.get("TMPX_UVLOOP"):
-    import asyncio as _asyncio
-
-    import uvloop as _uvloop
-
-    _asyncio.set_event_loop_policy(_uvloop.EventLoopPolicy())
+__all__ = ["RelayServer", "ServerOptions", "event_loop_factory", "serve"]

@@ -1,5 +1,8 @@
 """One client connection: read frames, check them, run the command, send exactly one reply per request.
 
+A connection is the event loop's protocol (callbacks, no task of its own): a POLL that its session's read-ahead
+answers and a PING are served within the callback that brought them; every other request runs as a task.
+
 Every failure stays inside its connection: a bad frame gets its error reply (and a close when the stream can no
 longer be trusted), a store failure gets an empty reply (POLL, POLLV2, FETCH: the client simply polls again) or a
 close (the other commands, which clients re-send after reconnecting), and anything unexpected is logged and closes
@@ -79,6 +82,10 @@ READ_LIMIT = 32 << 10
 
 #: The request header's fields (clientproto.header), unpacked in place from what arrived.
 _unpack_header = struct.Struct("<HHIIIIIII").unpack_from
+_POLL = int(Command.POLL)
+_POLLV2 = int(Command.POLLV2)
+_POLLS = frozenset((_POLL, _POLLV2))
+_MASK32 = 0xFFFFFFFF
 
 
 class _Close(Exception):
@@ -105,7 +112,11 @@ class Connection(asyncio.Protocol):
         self.host = ""
         self.session: SessionQueue | None = None
         self.state = IDLE
-        self.since = self.loop.time()
+        self.since = self.opened = self.loop.time()
+        #: No whole request received yet (see the server's SILENT_GRACE).
+        self.silent = True
+        #: The clients this connection authenticated as (the server's register).
+        self.registered: set[int] = set()
         self.closing = False
         #: True while an AUTH of this connection runs: its new session is not registered yet.
         self.authenticating = False
@@ -212,9 +223,27 @@ class Connection(asyncio.Protocol):
             if end - at < REQUEST_HEADER_SIZE:
                 break
             fields = _unpack_header(data, at)
-            size = fields[2]
+            command, sub, size, version, client_id, token, checksum, reserved1, reserved2 = fields
+            session = self.session
+            if (
+                command in _POLLS
+                and not size
+                and session is not None
+                and client_id == session.client_id
+                and token == session.token
+                and checksum == (command + sub + version + client_id + token + reserved1 + reserved2) & _MASK32
+            ):
+                # A well-formed POLL of this connection's session, as _request would find it: served from the
+                # read-ahead when it holds an entry, with none of the general path's steps.
+                delivery = session.take(command == _POLLV2)
+                if delivery is not None:
+                    at += REQUEST_HEADER_SIZE
+                    served = True
+                    self._unsent = (session, delivery)
+                    self._send(delivery.payload)
+                    continue
             # Before AUTH only small payloads are read: unauthenticated connections cost a few KiB each.
-            limit = MAX_PAYLOAD if self.session is not None else MAX_UNAUTHENTICATED_PAYLOAD
+            limit = MAX_PAYLOAD if session is not None else MAX_UNAUTHENTICATED_PAYLOAD
             if size > limit:  # the payload is never read
                 try:
                     decode_request_header(bytes(data[at : at + REQUEST_HEADER_SIZE]), max_payload=limit)
@@ -230,7 +259,10 @@ class Connection(asyncio.Protocol):
             payload = bytes(data[start : start + size]) if size else b""
             at = start + size
             served = True
-            if self.session is None:
+            if self.silent:
+                self.silent = False
+                self.server.spoke(self)
+            if session is None:
                 self.unauthenticated_requests += 1
                 if self.unauthenticated_requests > MAX_UNAUTHENTICATED_REQUESTS:
                     self.server.limit_log.note(
@@ -254,7 +286,7 @@ class Connection(asyncio.Protocol):
         if self._reading_paused and state in (IDLE, READING):
             self._reading_paused = False
             self.transport.resume_reading()  # type: ignore[union-attr]
-        if self._eof and state == IDLE:
+        if self._eof and state in (IDLE, READING):  # the client sent all it will: no request is left to answer
             self._close()
 
     def _request(self, header: RequestHeader, payload: bytes) -> None:

@@ -4,9 +4,10 @@ A session's state lives on the event loop (this object); the store work runs in 
 functions that take a snapshot and return results, so no state is shared between threads.
 
 * **Read-ahead**: a POLL session reads the next :data:`READ_AHEAD` entries of its queue in one query and serves
-  POLLs from memory; an empty read-ahead costs one store call that also writes what is pending (below). The entries
-  are rendered as they are read, in the store thread (:func:`render.poll_render`): a POLL served from the read-ahead
-  only adds its QueueSize and checksum (:meth:`SessionQueue.take`, called by the connection without a task).
+  POLLs from memory; an empty read-ahead costs one store call that also writes what is pending (below), and one
+  running low is topped up by the write-behind's own store call. The entries are rendered as they are read, in the
+  store thread (:class:`render.PollRenderCache`, shared by the sessions): a POLL served from the read-ahead only adds
+  its QueueSize and checksum (:meth:`SessionQueue.take`, called by the connection without a task).
 * **Write-behind**: what a session delivers (the head it moved with POLL or auto-ack FETCH, its manual-ack cursor,
   its served count) is written to the store *after* the reply is sent, by one UPDATE that coalesces every delivery
   since the previous one (:meth:`SessionQueue.schedule_sync`), :data:`SYNC_DELAY` after the first of them; one is in
@@ -40,12 +41,15 @@ from relay import store
 from relay.server import render
 from relay.server.database import StoreThreads
 from relay.store import Bounds, StoredEntry
+from relay.store.queues import READ_BYTE_BUDGET
 
 log = logging.getLogger("relay.server")
 T = TypeVar("T")
 
-#: Entries a POLL session reads ahead of its head.
+#: Entries a POLL session reads ahead of its head (and reads more of, with its write-behind, once it holds fewer).
 READ_AHEAD = 128
+#: A POLL read-ahead holding this many bytes of rendered replies is not topped up until it falls below.
+TOP_UP_BYTES = 4 << 20
 #: Deliveries are written at most this long after the reply that made them (plus one store round trip).
 SYNC_DELAY = 0.005
 _RETRY_DELAY = 0.5
@@ -97,17 +101,25 @@ Ahead = tuple[StoredEntry, render.PollRender | None]
 
 
 def _refill(
-    client_id: int, token: int, pending: Pending | None, limit: int, v2: bool, instance_id: int
+    client_id: int,
+    token: int,
+    pending: Pending | None,
+    after: int,
+    limit: int,
+    byte_budget: int,
+    v2: bool,
+    instance_id: int,
 ) -> tuple[Bounds, list[Ahead]]:
-    """Writes what is pending, reads the next ``limit`` entries and renders them for POLL (or POLLV2), here in the
-    store thread rather than on the event loop."""
+    """Writes what is pending, reads up to ``limit`` entries after ``after`` (and after the head) and renders them for
+    POLL (or POLLV2), here in the store thread rather than on the event loop."""
     bounds = _sync(client_id, token, pending)
-    if bounds.last_seq <= bounds.acked_seq:
+    start = max(after, bounds.acked_seq)
+    if bounds.last_seq <= start:
         return bounds, []
-    poll_render = render.poll_render
+    poll_render = render.SHARED_POLL.render
     return bounds, [
         (entry, None if entry.kind in SNAPSHOT_MARKERS else poll_render(entry, v2, instance_id))
-        for entry in store.read_entries(client_id, bounds.acked_seq, limit)
+        for entry in store.read_entries(client_id, start, limit, byte_budget)
     ]
 
 
@@ -169,9 +181,14 @@ class SessionQueue:
     _ahead: deque[Ahead] = field(default_factory=deque)
     #: Snapshot markers in ``_ahead``: POLL's QueueSize leaves them out.
     _ahead_markers: int = 0
+    #: Moves whenever the read-ahead is dropped or replaced: a top-up read before that is not appended to it.
+    _ahead_generation: int = 0
+    #: The command of the last POLL (POLLV2 or not): what a top-up renders its entries for.
+    _poll_v2: bool = False
     _sync_task: asyncio.Task[None] | None = None
-    #: The write-behind store call in flight, if any (the sync task spends most of its life sleeping before it).
-    _writing: asyncio.Future[Bounds] | None = None
+    #: The write-behind in flight, if any, until its result is applied (the sync task spends most of its life
+    #: sleeping before it).
+    _writing: asyncio.Task[None] | None = None
     #: FETCH read-ahead: the next auto-ack batch, read while the client takes in the current one, and the
     #: (max_events, byte_budget) it was read for. Only a FETCH asking the same serves it; anything else drops it.
     _next: asyncio.Task[tuple[Bounds, list[StoredEntry], bytes] | None] | None = None
@@ -244,9 +261,9 @@ class SessionQueue:
             pending = self._take_pending()
             if pending is None:
                 return
-            self._writing = asyncio.ensure_future(self.threads.run(_sync, self.client_id, self.token, pending))
+            self._writing = asyncio.get_running_loop().create_task(self._write(pending))
             try:
-                bounds = await self._writing
+                await self._writing
             except StaleSession:
                 self.stale = True
                 return
@@ -255,7 +272,40 @@ class SessionQueue:
                 log.warning("client %d: could not record deliveries (%s); retrying", self.client_id, exc)
                 await asyncio.sleep(_RETRY_DELAY)
                 continue
+
+    async def _write(self, pending: Pending) -> None:
+        """The write-behind's store call, its result applied. A POLL read-ahead running low is topped up by the
+        same call (the entries after its last one), so a POLL session reading steadily never waits for the store
+        and costs no store call beyond its write-behind."""
+        ahead = self._ahead
+        if ahead and len(ahead) < READ_AHEAD and sum(len(r.body) for _, r in ahead if r is not None) < TOP_UP_BYTES:
+            generation = self._ahead_generation
+            bounds, more = await self.threads.run(
+                _refill,
+                self.client_id,
+                self.token,
+                pending,
+                ahead[-1][0].seq,
+                READ_AHEAD,
+                TOP_UP_BYTES,
+                self._poll_v2,
+                self.instance_id,
+            )
             self._apply(bounds)
+            if generation == self._ahead_generation:
+                self._extend_ahead(more)
+        else:
+            self._apply(await self.threads.run(_sync, self.client_id, self.token, pending))
+
+    def _extend_ahead(self, more: list[Ahead]) -> None:
+        """Appends what follows the read-ahead (or the head, once the read-ahead is empty)."""
+        ahead = self._ahead
+        tail = max(ahead[-1][0].seq if ahead else 0, self.acked)
+        for item in more:
+            if item[0].seq > tail:
+                ahead.append(item)
+                if item[1] is None:
+                    self._ahead_markers += 1
 
     async def _read_next(self, max_events: int, byte_budget: int) -> tuple[Bounds, list[StoredEntry], bytes] | None:
         """The FETCH read-ahead (writing what is pending first, as every store call does); None if it failed."""
@@ -302,6 +352,7 @@ class SessionQueue:
     def _clear_ahead(self) -> None:
         self._ahead.clear()
         self._ahead_markers = 0
+        self._ahead_generation += 1
 
     def forget_read_ahead(self) -> None:
         """The next POLL or FETCH reads the store (which checks the token) instead of serving from memory: a newer
@@ -320,10 +371,17 @@ class SessionQueue:
             delivery = self.take(v2)
             if delivery is not None:
                 return delivery
-            bounds, ahead = await self._call(_refill, READ_AHEAD, v2, self.instance_id)
+            writing = self._writing
+            if writing is not None and not writing.done():
+                # The write-behind in flight may be topping the read-ahead up: its entries come first.
+                await asyncio.wait([writing])
+                if self._ahead:
+                    continue
+            bounds, ahead = await self._call(_refill, 0, READ_AHEAD, READ_BYTE_BUDGET, v2, self.instance_id)
             self._apply(bounds)
             acked = self.acked
-            self._ahead = deque(item for item in ahead if item[0].seq > acked)
+            self._clear_ahead()
+            self._ahead.extend(item for item in ahead if item[0].seq > acked)
             self._ahead_markers = sum(1 for item in self._ahead if item[1] is None)
             if not self._ahead:
                 return None
@@ -335,6 +393,7 @@ class SessionQueue:
         ahead = self._ahead
         if self.stale:
             return None
+        self._poll_v2 = v2
         while ahead:
             entry, rendered = ahead.popleft()
             if rendered is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -87,6 +88,7 @@ _MASK32 = 0xFFFFFFFF
 _ZERO_U32 = b"\x00\x00\x00\x00"
 _NULL_LSTRING = lstring(b"NULL")
 _unpack_u32 = U32.unpack_from
+_adler32 = zlib.adler32
 
 
 class PollRender(NamedTuple):
@@ -102,6 +104,45 @@ class PollRender(NamedTuple):
     partial_sum: int
 
 
+class PollRenderCache:
+    """POLL and POLLV2 replies shared by every session of a server, as :class:`RenderCache` shares FETCH records: a
+    change queued for many legacy clients is rendered once. The same two generations, keyed by the entry less its Seq
+    (a reply kept for the other command or another InstanceID is rendered again), each of at most ``size / 2``
+    replies and ``max_bytes / 2`` bytes; replies over ``CACHE_MAX_RECORD`` are not kept."""
+
+    def __init__(self, size: int = 16384, max_bytes: int = 64 << 20) -> None:
+        self.size = size
+        self._half = max(1, size // 2)
+        self._half_bytes = max_bytes // 2
+        self._new: dict[tuple[object, ...], PollRender] = {}
+        self._old: dict[tuple[object, ...], PollRender] = {}
+        #: Bytes of the replies in the newer generation.
+        self._new_bytes = 0
+        self._lock = threading.Lock()
+
+    def render(self, entry: StoredEntry, v2: bool, instance_id: int) -> PollRender:
+        key = entry[1:]
+        rendered = self._new.get(key)
+        if rendered is None:
+            rendered = self._old.get(key)
+        if rendered is not None and rendered.v2 == v2 and rendered.instance_id == instance_id:
+            if key in self._new:
+                return rendered
+        else:  # not rendered yet, or for the other command (rare: clients keep to one of POLL and POLLV2)
+            rendered = poll_render(entry, v2, instance_id)
+        size = len(rendered.body)
+        if self.size > 0 and size <= CACHE_MAX_RECORD:
+            with self._lock:
+                if len(self._new) >= self._half or self._new_bytes + size > self._half_bytes:
+                    self._old, self._new, self._new_bytes = self._new, {}, 0
+                self._new[key] = rendered
+                self._new_bytes += size
+        return rendered
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+
 def poll_render(entry: StoredEntry, v2: bool, instance_id: int) -> PollRender:
     """The reply to a POLL (or POLLV2) answered with ``entry``, less QueueSize (:func:`poll_frame`)."""
     event_type = _LEGACY_TYPE.get(entry.kind, entry.kind)
@@ -110,7 +151,9 @@ def poll_render(entry: StoredEntry, v2: bool, instance_id: int) -> PollRender:
     # The fixed fields but QueueSize: EventType, EventPosition, and for POLLV2 InstanceID (SchemaNameID is 0).
     head_sum = sum(_TYPE_AND_POSITION.pack(event_type, position)) + (sum(U32.pack(instance_id)) if v2 else 0)
     size = (_POLLV2_FIXED if v2 else _POLL_FIXED) + len(body)
-    return PollRender(v2, event_type, position, instance_id, body, size + head_sum + payload_sum(body))
+    # Adler-32's first half is 1 + the byte sum mod 65521: the byte sum itself for up to 256 bytes, in C.
+    body_sum = (_adler32(body) & 0xFFFF) - 1 if len(body) <= 256 else payload_sum(body)
+    return PollRender(v2, event_type, position, instance_id, body, size + head_sum + body_sum)
 
 
 def poll_frame(render: PollRender, queue_size: int) -> bytes:
@@ -304,5 +347,6 @@ def fetch_frame(
     return encode_reply(Result.OK, b"".join(parts)), count
 
 
-#: The cache of this process's server (content-keyed, so sharing it between servers in one process is safe too).
+#: The caches of this process's server (content-keyed, so sharing them between servers in one process is safe too).
 SHARED = RenderCache()
+SHARED_POLL = PollRenderCache()

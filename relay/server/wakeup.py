@@ -12,7 +12,11 @@ they saw. Nobody waiting, no queries.
 
 The same LISTEN connection hears ``relay_sessions`` (:data:`relay.store.channels.SESSION_CHANNEL`): each AUTH
 announces the client's new token at commit, and the server closes its own older connection of that client, so that
-with several relay processes the newest session wins within a millisecond (see :class:`SessionCallback`).
+with several relay processes the newest session wins within a millisecond (see :class:`SessionCallback`). The loop
+reads the LISTEN connection only when its socket is readable, in the order the kernel reports the sockets ready: a
+notification that arrived before a client's request is handled before that request, so a POLL served from the
+read-ahead after a newer session was announced finds that read-ahead dropped, without a read of the LISTEN socket
+per request.
 """
 
 from __future__ import annotations
@@ -93,9 +97,6 @@ class Notifier:
     def _waiter_added(self) -> None:
         pass
 
-    def pending(self) -> None:
-        """Handles what the store has already announced (nothing to do without notifications)."""
-
 
 class PostgresNotifier(Notifier):
     def __init__(self, on_session: SessionCallback | None = None) -> None:
@@ -156,12 +157,6 @@ class PostgresNotifier(Notifier):
             log.warning("ignoring a malformed %s notification: %r", SESSION_CHANNEL, payload)
             return
         self._on_session(client_id, token)
-
-    def pending(self) -> None:
-        """Handles the notifications already received, now (a POLL served from memory must not miss a newer
-        session that PostgreSQL has already announced)."""
-        if self._conn is not None:
-            self._on_readable()
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None

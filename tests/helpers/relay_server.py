@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from clientproto import LEGACY_VERSION, REPLY_HEADER_SIZE, decode_reply_header, encode_request, verify_reply
-from relay.server import RelayServer, ServerOptions
+from relay.server import RelayServer, ServerOptions, event_loop_factory
 
 SECRET = "Freedelity"
 
@@ -17,8 +17,10 @@ SECRET = "Freedelity"
 class ServerThread:
     """A RelayServer on 127.0.0.1 and an ephemeral port, with its own event loop in a thread."""
 
-    def __init__(self, secret: str = SECRET, **options: Any) -> None:
+    def __init__(self, secret: str = SECRET, *, event_loop: str = "asyncio", **options: Any) -> None:
+        """``event_loop``: "asyncio" or "uvloop", as ``relay.server.event_loop_factory`` names them."""
         self.secret = secret
+        self.loop_factory = event_loop_factory(event_loop)
         self.options = ServerOptions(address="127.0.0.1", port=0, **options)
         self.server: RelayServer | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -35,7 +37,8 @@ class ServerThread:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            with asyncio.Runner(loop_factory=self.loop_factory) as runner:
+                runner.run(self._main())
         except BaseException as exc:  # noqa: BLE001 - reported to the test thread
             self._error = exc
             self._ready.set()
