@@ -39,7 +39,7 @@ from devtools.wait import wait_for
 from relay.models import Client, Filter, ServedEvent
 from relay.server import event_loop_factory
 from tests.helpers.queues import enqueue
-from tests.helpers.relay_server import SECRET, RawClient, ServerThread
+from tests.helpers.relay_server import SECRET, RawClient, ServerThread, authed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,14 +72,6 @@ def relay(request: pytest.FixtureRequest) -> Iterator[ServerThread]:
     server = ServerThread(event_loop=request.param).start()
     yield server
     server.stop()
-
-
-def authed(relay: ServerThread, name: str = "test-test") -> RawClient:
-    client = relay.connect()
-    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), name))
-    assert result == Result.OK
-    _, client.token, client.client_id = struct.unpack("<QII", payload)
-    return client
 
 
 def expected_auth_reply(key: int, name: str = "test-test") -> bytes:

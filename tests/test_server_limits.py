@@ -25,20 +25,12 @@ from devtools.wait import wait_for
 from relay.server import server as server_module
 from relay.server.connection import MAX_UNAUTHENTICATED_REQUESTS
 from tests.helpers.processes import TEST_SECRET, RelayProcess, start_relay
-from tests.helpers.relay_server import SECRET, RawClient, ServerThread
+from tests.helpers.relay_server import SECRET, ServerThread, authed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PING = bytes.fromhex("0100000000000000200001000000000000000000210001000000000000000000")
 PONG = bytes.fromhex("00050000003901000050") + b"ONG\x00"
-
-
-def authed(relay: ServerThread, name: str) -> RawClient:
-    client = relay.connect()
-    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), name))
-    assert result == Result.OK
-    _, client.token, client.client_id = struct.unpack("<QII", payload)
-    return client
 
 
 def auth_header(payload_size: int) -> bytes:

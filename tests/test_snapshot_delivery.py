@@ -26,11 +26,9 @@ from clientproto import (
     decode_poll_reply,
     decode_pollv2_reply,
     decode_snapshot_reply,
-    encode_auth,
     encode_fetch,
     encode_snapshot,
     fetch_reply,
-    server_key,
 )
 from devtools.wait import wait_for
 from relay import store
@@ -38,7 +36,7 @@ from relay.models import Change, Client, QueueEntry, QueueState, ServedEvent, Sn
 from relay.server import render
 from relay.store import StoredEntry, rowcodec
 from tests.helpers.records import reference_record, reference_records
-from tests.helpers.relay_server import SECRET, RawClient, ServerThread
+from tests.helpers.relay_server import SECRET, RawClient, ServerThread, authed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,14 +48,6 @@ def relay() -> Iterator[ServerThread]:
     server = ServerThread().start()
     yield server
     server.stop()
-
-
-def authed(relay: ServerThread, name: str = "test-test") -> RawClient:
-    client = relay.connect()
-    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), name))
-    assert result == Result.OK
-    _, client.token, client.client_id = struct.unpack("<QII", payload)
-    return client
 
 
 def start_marker(snapshot_id: int = 7, where: str | None = None, estimate: int | None = None) -> tuple[int, dict]:

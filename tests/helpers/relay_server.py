@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import threading
 from typing import Any
 
-from clientproto import LEGACY_VERSION, REPLY_HEADER_SIZE, decode_reply_header, encode_request, verify_reply
+from clientproto import (
+    LEGACY_VERSION,
+    REPLY_HEADER_SIZE,
+    Command,
+    Result,
+    decode_reply_header,
+    encode_auth,
+    encode_request,
+    server_key,
+    verify_reply,
+)
 from relay.server import RelayServer, ServerOptions, event_loop_factory
 
 SECRET = "Freedelity"
@@ -116,3 +127,12 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def authed(relay: ServerThread, name: str = "test-test") -> RawClient:
+    """A raw client of ``relay`` that has AUTHed as ``name`` (its session's token and ClientID kept)."""
+    client = relay.connect()
+    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), name))
+    assert result == Result.OK
+    _, client.token, client.client_id = struct.unpack("<QII", payload)
+    return client
