@@ -810,11 +810,12 @@ def test_the_server_runs_on_the_chosen_event_loop(relay: ServerThread) -> None:
     assert uses_uvloop == (relay.loop_factory is not asyncio.new_event_loop)  # type: ignore[attr-defined]
 
 
-def test_the_event_loop_is_uvloop_unless_asked_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_event_loop_is_the_standard_one_unless_asked_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
     import uvloop
 
     monkeypatch.delenv("RELAY_EVENT_LOOP", raising=False)
-    assert event_loop_factory() is uvloop.new_event_loop  # installed (requirements.txt): the default
+    assert event_loop_factory() is asyncio.new_event_loop
+    assert event_loop_factory("auto") is uvloop.new_event_loop  # installed (requirements.txt)
     assert event_loop_factory("asyncio") is asyncio.new_event_loop
     monkeypatch.setenv("RELAY_EVENT_LOOP", "asyncio")
     assert event_loop_factory() is asyncio.new_event_loop

@@ -1,6 +1,6 @@
 """The relay server (``manage.py runrelay``): the relay protocol over TCP, on the store's durable queues.
 
-Architecture: one asyncio event loop (uvloop's when installed, :func:`event_loop_factory`) accepts connections;
+Architecture: one asyncio event loop (the standard one, or uvloop's: :func:`event_loop_factory`) accepts connections;
 each connection is a protocol whose callbacks parse its frames (clientproto); every store call runs in a small pool
 of store threads (:mod:`.database`), so a slow query never blocks the loop. Each connection has at most one request
 in flight; each authenticated connection holds a session (:mod:`.queues`) with its own read-ahead of its client's

@@ -493,10 +493,14 @@ EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
 
 def event_loop_factory(choice: str | None = None) -> Callable[[], asyncio.AbstractEventLoop]:
-    """What makes the server's event loop: uvloop's (libuv: about a tenth less CPU per POLL than the standard
-    library's, bench/serve.py) or the standard library's. ``choice`` (default: $RELAY_EVENT_LOOP, else ``auto``)
-    is ``uvloop``, ``asyncio``, or ``auto``: uvloop when it is installed. Everything else is refused (ValueError)."""
-    choice = (choice or os.environ.get(EVENT_LOOP_VARIABLE) or "auto").strip().lower()
+    """What makes the server's event loop: the standard library's, or uvloop's (libuv: about a tenth less CPU per
+    POLL, bench/serve.py). ``choice`` (default: $RELAY_EVENT_LOOP, else ``asyncio``) is ``asyncio``, ``uvloop``, or
+    ``auto``: uvloop when it is installed. Everything else is refused (ValueError).
+
+    The standard loop is the default: uvloop accepts a flood of connections so fast that they churn through the
+    connection cap in tens of milliseconds, and a real client connecting meanwhile waited up to 10 s to get in
+    (tests/test_server_limits.py's flood, through runrelay) where the standard loop lets it in at once."""
+    choice = (choice or os.environ.get(EVENT_LOOP_VARIABLE) or "asyncio").strip().lower()
     if choice not in EVENT_LOOPS:
         raise ValueError(f"{EVENT_LOOP_VARIABLE}={choice!r}: not one of {', '.join(EVENT_LOOPS)}")
     if choice != "asyncio":
