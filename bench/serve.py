@@ -113,6 +113,10 @@ def wait_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
 # -- queue filling ------------------------------------------------------------------------------------------------
 
 
+#: Changes a filled queue holds per run: as the worker stores a broad subscription's 100-row transactions.
+FILL_BATCH = 100
+
+
 def fill(client_ids: list[int], count: int) -> None:
     """Appends ``count`` changes to every listed client's queue, stored once and shared, as the worker stores them."""
     from django.db import OperationalError
@@ -145,8 +149,12 @@ def _fill(client_ids: list[int], count: int) -> None:
         insert_change_rows(rows)
         for client_id in client_ids:
             state, _ = QueueState.objects.get_or_create(client_id=client_id)
-            entries = [(client_id, state.last_seq + 1 + i, first + i) for i in range(count)]
-            bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "change_id"), entries)
+            # The worker writes a client's entries of one batch as one run (QueueEntry): a run per FILL_BATCH.
+            runs = [
+                (client_id, state.last_seq + 1 + at, min(FILL_BATCH, count - at), first + at)
+                for at in range(0, count, FILL_BATCH)
+            ]
+            bulk.insert_rows(QueueEntry._meta.db_table, ("client_id", "seq", "count", "change_id"), runs)
             QueueState.objects.filter(client_id=client_id).update(last_seq=state.last_seq + count)
 
 

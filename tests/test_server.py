@@ -564,6 +564,7 @@ def _stored_variants() -> list:
                 (1 << 33) + i,  # cut to 32 bits on the wire
                 "" if i % 2 else f"0-1-{i}",
                 forms[i // len(images) % 2](names, before, after),
+                change_id=500 + i,
             )
         )
     assert entries[0].data.startswith(rowcodec.RECORD_FORM) and entries[len(images)].data.startswith("{")
@@ -591,13 +592,33 @@ def test_cached_fetch_frames_are_byte_identical_to_the_reference_encoder() -> No
     other = [entry._replace(seq=entry.seq + 1000) for entry in entries]
     frame, count = render.fetch_frame(cache, other, 1 << 30, other[-1].seq)
     assert frame == fetch_reply(0, reference_records(other, 1 << 30)) and count == len(other)
-    # A change with the same position but other content is never served from the cache.
+    # A change with the same id and position but other content (a store recreated under a running server hands out
+    # ids again) is never served from the cache, nor is an entry without a change id.
     changed = entries[0]._replace(data=rowcodec.encode(["id", "name"], None, ["1", "ACNE"]))
-    assert render.fetch_frame(cache, [changed], 1 << 30, changed.seq)[0] == fetch_reply(
-        0, reference_records([changed], 1 << 30)
-    )
+    for entry in (changed, changed._replace(change_id=0)):
+        assert render.fetch_frame(cache, [entry], 1 << 30, entry.seq)[0] == fetch_reply(
+            0, reference_records([entry], 1 << 30)
+        )
     assert render.RenderCache(size=0).tail(entries[0]) == render.RenderCache().tail(entries[0])
     assert len(cache) <= 8
+
+
+def test_render_cache_is_bounded_by_bytes_and_keeps_what_it_can() -> None:
+    from relay.server import render
+
+    entries = _stored_variants()[:-1]  # a change id each
+    one = max(len(render.fetch_tail(entry)) + len(entry.data) for entry in entries)
+    cache = render.RenderCache(size=1000, max_bytes=4 * one)  # two records a generation at most
+    for entry in entries:
+        cache.tail(entry)
+        assert len(cache) <= 4
+    assert cache.known(entries[-1].change_id) == entries[-1]
+    assert cache.known(entries[0].change_id) is None  # dropped with its generation
+    assert len(render.RenderCache(size=0)) == 0 and render.RenderCache(size=0).known(1) is None
+    unbounded = render.RenderCache()
+    for entry in entries:
+        unbounded.tail(entry)
+    assert len(unbounded) == len({entry.change_id for entry in entries})
 
 
 def test_clients_sharing_changes_get_the_same_events(relay: ServerThread) -> None:

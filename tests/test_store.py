@@ -268,6 +268,37 @@ def test_read_entries_matches_the_runs_for_every_window() -> None:
             assert [(entry.seq, entry.binlog_pos) for entry in read] == expected, (after, limit)
 
 
+def test_changes_the_reader_holds_are_checked_not_read_and_read_whole_when_they_differ() -> None:
+    session = store.open_session("known")
+    enqueue(session.client_id, rows(6))
+    first = store.read_entries(session.client_id, 0, 100)
+    assert [entry.change_id for entry in first] == sorted(Change.objects.values_list("id", flat=True))
+    held = {entry.change_id: entry for entry in first[:4]}
+    asked: list[int] = []
+
+    def known(change_id: int) -> store.StoredEntry | None:
+        asked.append(change_id)
+        return held.get(change_id)
+
+    again = store.read_entries(session.client_id, 0, 100, known=known)
+    assert again == first and sorted(asked) == [entry.change_id for entry in first]
+    # The held entries came back as they were (their fields the very objects held): the copy was only checked.
+    assert all(a.data is b.data for a, b in zip(again[:4], first[:4], strict=True))
+    assert all(a.data is not b.data for a, b in zip(again[4:], first[4:], strict=True))
+    # The byte budget counts a held change as it counts one read.
+    assert store.read_entries(session.client_id, 0, 100, byte_budget=2 * len(first[0].data), known=known) == first[:2]
+    # A store that hands out ids again (restored, recreated): a held copy whose coordinates or size differ from the
+    # stored change is never served; the change is read whole.
+    stale = first[1]
+    Change.objects.filter(id=stale.change_id).update(data=rowcodec.encode(["id"], None, ["other"]))
+    Change.objects.filter(id=first[2].change_id).update(binlog_pos=first[2].binlog_pos + 1)
+    Change.objects.filter(id=first[3].change_id).update(timestamp=first[3].timestamp + 1)
+    read = store.read_entries(session.client_id, 0, 100, known=known)
+    assert ids(read) == ["0", "other", "2", "3", "4", "5"]
+    assert read[2].binlog_pos == first[2].binlog_pos + 1 and read[3].timestamp == first[3].timestamp + 1
+    assert read[0].data is first[0].data
+
+
 def test_garbage_collection_works_off_a_backlog_in_time_slices() -> None:
     session = store.open_session("slices")
     enqueue(session.client_id, rows(30))

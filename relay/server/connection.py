@@ -487,7 +487,11 @@ class Connection(asyncio.Protocol):
                 self.authenticating = False
             previous = self.session
             self.session = SessionQueue(
-                opened.client_id, opened.token, self.server.threads, instance_id=self.server.instance_id
+                opened.client_id,
+                opened.token,
+                self.server.threads,
+                self.server.records,
+                instance_id=self.server.instance_id,
             )
             if previous is not None and previous.client_id != opened.client_id:
                 self.server.session_ended(self, previous)

@@ -127,6 +127,7 @@ def _fetch(
     client_id: int,
     token: int,
     pending: Pending | None,
+    records: render.RenderCache,
     ack_upto: int,
     cursor: int | None,
     max_events: int,
@@ -135,7 +136,8 @@ def _fetch(
     """``cursor``: the manual-ack cursor of the session, or None for auto-ack (read after the head).
 
     Returns the bounds, the entries sent and the whole FETCH reply frame, rendered here, off the event loop, from
-    the records shared by every session (:class:`render.RenderCache`).
+    ``records``, shared by every session of the server: a change read and rendered for one session is only checked
+    in the store for the others.
     """
     bounds = _sync(client_id, token, pending)
     if ack_upto and store.ack_session(client_id, token, ack_upto) is not None:
@@ -143,8 +145,8 @@ def _fetch(
     start = bounds.acked_seq if cursor is None else max(cursor, bounds.acked_seq)
     if bounds.last_seq <= start:
         return bounds, [], b""
-    entries = store.read_entries(client_id, start, max_events)
-    frame, count = render.fetch_frame(render.SHARED, entries, byte_budget, max(bounds.last_seq, bounds.acked_seq))
+    entries = store.read_entries(client_id, start, max_events, known=records.known)
+    frame, count = render.fetch_frame(records, entries, byte_budget, max(bounds.last_seq, bounds.acked_seq))
     return bounds, entries[:count], frame
 
 
@@ -168,6 +170,8 @@ class SessionQueue:
     client_id: int
     token: int
     threads: StoreThreads
+    #: The server's FETCH records, shared by its sessions.
+    records: render.RenderCache
     instance_id: int = 0
     #: The head as this session knows it: everything up to here was delivered (auto-ack) or acknowledged.
     acked: int = 0
@@ -310,7 +314,7 @@ class SessionQueue:
     async def _read_next(self, max_events: int, byte_budget: int) -> tuple[Bounds, list[StoredEntry], bytes] | None:
         """The FETCH read-ahead (writing what is pending first, as every store call does); None if it failed."""
         try:
-            return await self._store_call(_fetch, 0, None, max_events, byte_budget)
+            return await self._store_call(_fetch, self.records, 0, None, max_events, byte_budget)
         except StaleSession:
             return None  # the session is marked stale: its next request gets 0xFB
         except (DatabaseError, RuntimeError) as exc:  # RuntimeError: store threads shut down
@@ -426,7 +430,7 @@ class SessionQueue:
                 result = None
         if result is None:
             cursor = self.delivered if manual_ack else None
-            result = await self._call(_fetch, ack_upto, cursor, max_events, byte_budget)
+            result = await self._call(_fetch, self.records, ack_upto, cursor, max_events, byte_budget)
             self._apply(result[0])
         _, entries, frame = result
         if not entries:

@@ -288,35 +288,54 @@ CACHE_MAX_RECORD = 1 << 20
 
 
 class RenderCache:
-    """FETCH records shared by every session of a server: a change queued for many clients is rendered once.
+    """FETCH records shared by every session of a server: a change queued for many clients is read and rendered once.
 
-    Keyed by everything a record is made of except the per-client Seq (the entry's other fields), so a hit is
-    the same bytes by construction, whatever the store did meanwhile. Bounded to ``size`` records in two
-    generations: when the newer one is full it becomes the older one and the older one is dropped, so making room
-    costs nothing per record (a hit in the older generation moves the record to the newer one). Used from the store
-    threads at once, hence the lock around writes (reads are single dictionary lookups).
+    Keyed by change id. Each record is kept with the entry it was rendered from, and served only for an entry equal
+    to that one but for Seq: an entry the store read through :meth:`known` is made of the kept entry's own fields,
+    so the comparison is a few identity checks; any other (a store recreated under a running server hands out ids
+    again) is compared by content. Entries without a change id (not from the store) are rendered every time.
+
+    Bounded to ``size`` records and ``max_bytes`` (the records and their stored text) in two generations: when the
+    newer one is full it becomes the older one and the older one is dropped, so making room costs nothing per
+    record (a hit in the older generation moves the record to the newer one). Used from the store threads at once,
+    hence the lock around writes (reads are single dictionary lookups).
     """
 
-    def __init__(self, size: int = 16384) -> None:
+    def __init__(self, size: int = 16384, max_bytes: int = 64 << 20) -> None:
         self.size = size
         self._half = max(1, size // 2)
-        self._new: dict[tuple[object, ...], bytes] = {}
-        self._old: dict[tuple[object, ...], bytes] = {}
+        self._half_bytes = max_bytes // 2
+        self._new: dict[int, tuple[StoredEntry, bytes]] = {}
+        self._old: dict[int, tuple[StoredEntry, bytes]] = {}
+        #: Bytes of the records and stored texts in the newer generation.
+        self._new_bytes = 0
         self._lock = threading.Lock()
+
+    def known(self, change_id: int) -> StoredEntry | None:
+        """The entry kept for ``change_id`` (with the Seq of the read it came from): ``store.read_entries`` then
+        checks the change instead of reading it."""
+        kept = self._new.get(change_id)
+        if kept is None:
+            kept = self._old.get(change_id)
+            if kept is None:
+                return None
+        return kept[0]
 
     def tail(self, entry: StoredEntry) -> bytes:
         """The record of ``entry`` after RecordSize and Seq (:func:`fetch_tail`)."""
-        key = entry[1:]
-        tail = self._new.get(key)
-        if tail is None:
-            tail = self._old.get(key)
-            if tail is None:
-                tail = fetch_tail(entry)
-            if self.size > 0 and len(tail) <= CACHE_MAX_RECORD:
-                with self._lock:
-                    if len(self._new) >= self._half:
-                        self._old, self._new = self._new, {}
-                    self._new[key] = tail
+        key = entry.change_id
+        kept = self._new.get(key)
+        if kept is not None and kept[0][1:] == entry[1:]:
+            return kept[1]
+        kept = self._old.get(key)
+        tail = kept[1] if kept is not None and kept[0][1:] == entry[1:] else fetch_tail(entry)
+        size = len(tail) + len(entry.data)
+        if key and self.size > 0 and size <= CACHE_MAX_RECORD:
+            with self._lock:
+                if len(self._new) >= self._half or self._new_bytes + size > self._half_bytes:
+                    self._old, self._new, self._new_bytes = self._new, {}, 0
+                self._new[key] = (entry, tail)
+                self._new_bytes += size
         return tail
 
     def __len__(self) -> int:
@@ -347,6 +366,5 @@ def fetch_frame(
     return encode_reply(Result.OK, b"".join(parts)), count
 
 
-#: The caches of this process's server (content-keyed, so sharing them between servers in one process is safe too).
-SHARED = RenderCache()
+#: The POLL replies of this process's servers (content-keyed, so sharing them between servers in one process is safe).
 SHARED_POLL = PollRenderCache()

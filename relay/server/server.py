@@ -19,6 +19,7 @@ from django.db import DatabaseError, connections
 
 from clientproto import accepted_keys
 from relay import store
+from relay.server import render
 from relay.server.connection import BUSY, IDLE, READING, WRITING, Connection
 from relay.server.database import StoreThreads
 from relay.server.history import HistoryRecorder
@@ -115,6 +116,8 @@ class RelayServer:
         self.stopping = False
         self.threads = StoreThreads(self.options.store_threads)
         self.history = HistoryRecorder(self.threads)
+        #: FETCH records rendered for this server's sessions, by change id (one server, one store: ids are unique).
+        self.records = render.RenderCache()
         self.notifier: Notifier
         self.connections: set[Connection] = set()
         #: Open connections per remote address (host), and the connections without a session, oldest first (in

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
@@ -47,6 +47,8 @@ class StoredEntry(NamedTuple):
     timestamp: int
     gtid: str
     data: str
+    #: The change's id: what the relay server's caches of rendered changes are keyed by (0: not from the store).
+    change_id: int = 0
 
 
 class HistoryItem(NamedTuple):
@@ -112,12 +114,40 @@ def session_bounds(client_id: int) -> Bounds | None:
 LARGE_CHANGE = 1 << 20
 #: What one read of a queue loads at most (one change at least, whatever its size).
 READ_BYTE_BUDGET = 16 << 20
+#: Ids in one statement at most (SQLite's variable limit).
+_ID_CHUNK = 500
+
+#: The caller's copies of changes already read, by change id (relay/server/render.py): a change found here is not
+#: read again, only checked (:func:`read_entries`).
+KnownChanges = Callable[[int], "StoredEntry | None"]
 
 
-def read_entries(client_id: int, after_seq: int, limit: int, byte_budget: int = READ_BYTE_BUDGET) -> list[StoredEntry]:
-    """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: two indexed queries.
+def _id_ranges(ids: list[int]) -> Iterator[tuple[str, list[int]]]:
+    """WHERE clauses over sorted, distinct ``ids``: a range where they are consecutive (a broad subscription), an
+    IN list of at most _ID_CHUNK otherwise."""
+    for at in range(0, len(ids), _ID_CHUNK):
+        chunk = ids[at : at + _ID_CHUNK]
+        if chunk[-1] - chunk[0] + 1 == len(chunk):
+            yield "id >= %s AND id <= %s", [chunk[0], chunk[-1]]
+        else:
+            yield f"id IN ({', '.join('%s' for _ in chunk)})", chunk
+
+
+def read_entries(
+    client_id: int,
+    after_seq: int,
+    limit: int,
+    byte_budget: int = READ_BYTE_BUDGET,
+    known: KnownChanges | None = None,
+) -> list[StoredEntry]:
+    """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: indexed queries only.
 
     The entries stop early once their changes' stored text reaches ``byte_budget`` (the first entry always comes).
+
+    ``known``: changes the caller holds already. Of those only the id, the binlog coordinates and the stored size are
+    read, which is most of the cost of a read saved when many clients queue the same changes; one whose coordinates
+    or size differ from the copy (a store restored or recreated under a running server hands out ids again) is read
+    whole, as if unknown.
     """
     if limit <= 0:
         return []
@@ -135,42 +165,61 @@ def read_entries(client_id: int, after_seq: int, limit: int, byte_budget: int = 
             f" AND seq <= %s AND seq + {q('count')} > %s ORDER BY seq",
             [client_id, after_seq - MAX_RUN, upper, after_seq + 1],
         )
-        pairs: list[tuple[int, int]] = []
+        seqs: list[int] = []
+        change_ids: list[int] = []
         for seq, change_id, count in cursor.fetchall():
-            for entry in range(max(seq, after_seq + 1), min(seq + count, upper + 1)):
-                pairs.append((entry, change_id + entry - seq))
-        if not pairs:
+            first = max(seq, after_seq + 1)
+            stop = min(seq + count, upper + 1)
+            seqs.extend(range(first, stop))
+            change_ids.extend(range(change_id + first - seq, change_id + stop - seq))
+        if not seqs:
             return []
-        changes: dict[int, list[Any]] = {}
-        ids = sorted({change_id for _, change_id in pairs})
-        for at in range(0, len(ids), 500):  # bounded IN lists (SQLite's variable limit)
-            chunk = ids[at : at + 500]
-            if chunk[-1] - chunk[0] + 1 == len(chunk):  # consecutive ids (a broad subscription): one range
-                where, params = "id >= %s AND id <= %s", [chunk[0], chunk[-1]]
-            else:
-                where, params = f"id IN ({', '.join('%s' for _ in chunk)})", chunk
+        # Each change as (entry less its seq, stored size): data is None for a large change not read yet.
+        changes: dict[int, tuple[tuple[Any, ...], int]] = {}
+        wanted = sorted(set(change_ids))
+        if known is not None:
+            held = {change_id: entry for change_id in wanted if (entry := known(change_id)) is not None}
+            if held:
+                for where, params in _id_ranges(sorted(held)):
+                    cursor.execute(
+                        f"SELECT id, binlog_pos, row_index, {q('timestamp')}, {size}(data) FROM {table(Change)}"
+                        f" WHERE {where}",
+                        params,
+                    )
+                    for change_id, binlog_pos, row_index, timestamp, stored_size in cursor.fetchall():
+                        entry = held[change_id]
+                        if (
+                            entry.binlog_pos == binlog_pos
+                            and entry.row_index == row_index
+                            and entry.timestamp == timestamp
+                            and len(entry.data) == stored_size
+                        ):
+                            changes[change_id] = (entry[1:], stored_size)
+                wanted = [change_id for change_id in wanted if change_id not in changes]
+        for where, params in _id_ranges(wanted):
             cursor.execute(
-                f"SELECT id, kind, schema_name, table_name, binlog_file, binlog_pos, row_index, {q('timestamp')},"
-                f" gtid, CASE WHEN {size}(data) > %s THEN NULL ELSE data END, {size}(data)"
+                f"SELECT kind, schema_name, table_name, binlog_file, binlog_pos, row_index, {q('timestamp')},"
+                f" gtid, CASE WHEN {size}(data) > %s THEN NULL ELSE data END, id, {size}(data)"
                 f" FROM {table(Change)} WHERE {where}",
                 [LARGE_CHANGE, *params],
             )
             for row in cursor.fetchall():
-                changes[row[0]] = list(row[1:])
+                changes[row[9]] = (row[:10], row[10])
         entries: list[StoredEntry] = []
         loaded = 0
-        for seq, change_id in pairs:
+        make = tuple.__new__
+        for seq, change_id in zip(seqs, change_ids, strict=True):
             change = changes.get(change_id)
             if change is None:
                 continue  # a change missing (entries written by hand) leaves a gap, as before
-            *fields, data, stored_size = change
+            fields, stored_size = change
             if entries and loaded + stored_size > byte_budget:
                 break
-            if data is None:  # a large change: read now that the budget has room for it
+            if fields[8] is None:  # a large change: read now that the budget has room for it
                 cursor.execute(f"SELECT data FROM {table(Change)} WHERE id = %s", [change_id])
-                data = cursor.fetchone()[0]
+                fields = (*fields[:8], cursor.fetchone()[0], change_id)
             loaded += stored_size
-            entries.append(StoredEntry._make((seq, *fields, data)))
+            entries.append(make(StoredEntry, (seq, *fields)))
     return entries
 
 
