@@ -61,21 +61,26 @@ TABLE_MAP announced raises ``BinlogError``; unknown event types are skipped by s
 
 from __future__ import annotations
 
-from binlog.changes import NOT_PRESENT, RowChange, Transaction
-from binlog.errors import (
-    BinlogError,
-    ChecksumError,
-    ConnectionLostError,
-    PurgedPositionError,
-    ServerError,
-    TruncatedEventError,
-)
-from binlog.files import read_binlog_files
-from binlog.parser import EventDecoder
-from binlog.position import Position
-from binlog.schema import InformationSchemaProvider, SchemaProvider
-from binlog.settings import SourceSettings
-from binlog.table import ColumnInfo, TableInfo
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from binlog.changes import NOT_PRESENT, RowChange, Transaction
+    from binlog.errors import (
+        BinlogError,
+        ChecksumError,
+        ConnectionLostError,
+        PurgedPositionError,
+        ServerError,
+        TruncatedEventError,
+    )
+    from binlog.files import read_binlog_files
+    from binlog.parser import EventDecoder
+    from binlog.position import Position
+    from binlog.schema import InformationSchemaProvider, SchemaProvider
+    from binlog.settings import SourceSettings
+    from binlog.stream import BinlogStream
+    from binlog.table import ColumnInfo, TableInfo
 
 __all__ = [
     "NOT_PRESENT",
@@ -99,10 +104,38 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    # The stream pulls in PyMySQL; decoding files does not need it.
-    if name == "BinlogStream":
-        from binlog.stream import BinlogStream
+# Each name's module, imported when the name is first asked for: ``python -m binlog dump`` imports the package too,
+# and it needs neither the stream (PyMySQL) nor the settings, the schema look-up or the error classes of the API.
+_MODULES = {
+    "NOT_PRESENT": "changes",
+    "RowChange": "changes",
+    "Transaction": "changes",
+    "BinlogError": "errors",
+    "ChecksumError": "errors",
+    "ConnectionLostError": "errors",
+    "PurgedPositionError": "errors",
+    "ServerError": "errors",
+    "TruncatedEventError": "errors",
+    "read_binlog_files": "files",
+    "EventDecoder": "parser",
+    "Position": "position",
+    "InformationSchemaProvider": "schema",
+    "SchemaProvider": "schema",
+    "SourceSettings": "settings",
+    "BinlogStream": "stream",
+    "ColumnInfo": "table",
+    "TableInfo": "table",
+}
 
-        return BinlogStream
-    raise AttributeError(name)
+
+def __getattr__(name: str) -> object:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'binlog' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"binlog.{module}"), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULES])

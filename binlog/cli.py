@@ -7,17 +7,15 @@ import binascii
 import contextlib
 import functools
 import itertools
-import json
-import logging
 import operator
 import os
 import re
 import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from binlog import values
+from binlog import logs, values
 from binlog.changes import NOT_PRESENT, Row, RowChange, Transaction
 from binlog.charsets import codec_for_charset
 from binlog.constants import (
@@ -58,12 +56,13 @@ from binlog.constants import (
 from binlog.errors import BinlogError
 from binlog.files import iter_events, read_binlog_files
 from binlog.parser import EventDecoder, _TableEntry
-from binlog.partialrows import build_partial_update_decoder
 from binlog.position import Position
 from binlog.rowdecoder import RowsDecoder, build_rows_decoder, fixed_size
 from binlog.schema import InformationSchemaProvider, SchemaProvider
-from binlog.settings import SourceSettings
 from binlog.table import ColumnInfo, TableInfo
+
+if TYPE_CHECKING:
+    from binlog.settings import SourceSettings
 
 # The replica ids `tail` and `check` register with by default. A source keeps one dump per server id and drops the
 # older one when a second replica registers with the same id, so these tools must never use the worker's id: the
@@ -149,6 +148,8 @@ def _image_format(columns: tuple[str, ...], shape: tuple[type, ...], as_json: bo
     """
     if len(shape) != len(columns):
         raise ValueError(f"{len(shape)} values for {len(columns)} columns")
+    if as_json:
+        import json
     width = len(shape)
     quoted: list[str] = []  # the template for values that need no escaping
     escaped: list[str] = []  # and the one for any values
@@ -206,7 +207,7 @@ def _image_format(columns: tuple[str, ...], shape: tuple[type, ...], as_json: bo
         if not needs_escapes(joined):
             return plain % args
         if as_json:
-            return general % tuple(map(_encode_json_string, args))
+            return general % tuple(map(_encode_json_string(), args))
         return general % args
 
     return render
@@ -263,11 +264,24 @@ def change_as_text(change: RowChange) -> str:
     return line
 
 
-# json.dumps(..., ensure_ascii=False) builds a new encoder on each call; one encoder of the same settings serves all
-# (without the check for circular references, which only changes the error a circular object would raise: a row
-# change has none).
-_json_encode = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
-_encode_json_string: Callable[[str], str] = json.encoder.encode_basestring  # what that encoder does to a str
+@functools.cache
+def _json_encode() -> Callable[[object], str]:
+    """``json.dumps(..., ensure_ascii=False)`` builds a new encoder on each call; one encoder of the same settings
+    serves all (without the check for circular references, which only changes the error a circular object would
+    raise: a row change has none). Made on first use: ``dump``'s text needs no json."""
+    import json
+
+    return json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+
+
+@functools.cache
+def _encode_json_string() -> Callable[[str], str]:
+    """What that encoder does to a str."""
+    import json
+
+    return json.encoder.encode_basestring
+
+
 _JSON_HEAD = '{"file": "%s", "pos": %s, "row": %s, "timestamp": %s, "gtid": "%s", "schema": "%s", "table": "%s", '
 
 
@@ -279,7 +293,7 @@ def _json_image(change: RowChange, image: Row | None) -> dict[str, Any] | None:
 
 
 def _change_as_json_object(change: RowChange) -> str:
-    return _json_encode(
+    return _json_encode()(
         {
             "file": change.file,
             "pos": change.pos,
@@ -990,6 +1004,8 @@ class _TextTableEntry(_TableEntry):
         key = (PARTIAL_UPDATE_ROWS_EVENT, present, present_after)
         decoder = self.decoders.get(key)
         if decoder is None:
+            from binlog.partialrows import build_partial_update_decoder
+
             decoder = build_partial_update_decoder(self.info.columns, present, present_after)
             decoder = self.decoders[key] = _lines_of(decoder)
         return decoder
@@ -1055,6 +1071,8 @@ def print_changes(transactions: Iterable[Transaction], out: TextIO, as_json: boo
 
 
 def _settings(args: argparse.Namespace) -> SourceSettings:
+    from binlog.settings import SourceSettings
+
     return SourceSettings(
         host=args.host,
         port=args.port,
@@ -1141,6 +1159,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _setup_logging() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m binlog", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1173,7 +1197,10 @@ def main(argv: list[str] | None = None) -> int:
     check.set_defaults(func=_cmd_check)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.host:
+        _setup_logging()  # the connection and schema modules log through loggers of their own
+    else:  # a dump of files: decoding them seldom has anything to say, and importing logging costs
+        logs.setup_on_first_use(_setup_logging)
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import struct
-import uuid as uuid_module
 from dataclasses import dataclass
 
 from binlog.constants import (
@@ -17,6 +16,7 @@ from binlog.constants import (
     LOG_EVENT_HEADER_LEN,
 )
 from binlog.errors import TruncatedEventError
+from binlog.gtid import uuid_text
 from binlog.reader import lenenc_int, need
 
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
@@ -121,7 +121,7 @@ def parse_gtid_list(body: bytes) -> list[tuple[int, int, int]]:
 def parse_mysql_gtid(body: bytes) -> tuple[str, int]:
     """(source uuid, transaction number) of a MySQL GTID_LOG_EVENT / ANONYMOUS_GTID_LOG_EVENT."""
     need(body, 25, "GTID event")
-    sid = str(uuid_module.UUID(bytes=bytes(body[1:17])))
+    sid = uuid_text(body[1:17])
     gno = int.from_bytes(body[17:25], "little", signed=True)
     return sid, gno
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-import uuid as uuid_module
 
 from binlog.errors import BinlogError, TruncatedEventError
 
@@ -57,6 +56,12 @@ def _intervals_add(intervals: list[list[int]], start: int, end: int) -> None:
     intervals.append([start, end])
 
 
+def uuid_text(raw: bytes) -> str:
+    """A source uuid's 16 bytes as ``str(uuid.UUID(bytes=raw))`` writes them (without importing uuid for it)."""
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
 class MysqlGtidSet:
     """A MySQL GTID set ("uuid:1-42:50,uuid2:1-7"), as executed-set text and as the binary form the protocol uses."""
 
@@ -67,7 +72,9 @@ class MysqlGtidSet:
         self._text: str | None = None
         for part in filter(None, (p.strip() for p in text.replace("\n", "").split(","))):
             sid, *ranges = part.split(":")
-            sid = str(uuid_module.UUID(sid))
+            import uuid  # here only: the decoder reads uuids as bytes (uuid_text)
+
+            sid = str(uuid.UUID(sid))
             intervals = self.sets.setdefault(sid, [])
             for r in ranges:
                 lo, _, hi = r.partition("-")
@@ -101,7 +108,7 @@ class MysqlGtidSet:
         n * (u64 start, u64 end exclusive)."""
         out = [struct.pack("<Q", len(self.sets))]
         for sid in sorted(self.sets):
-            out.append(uuid_module.UUID(sid).bytes)
+            out.append(bytes.fromhex(sid.replace("-", "")))  # the sids are uuid_text's
             intervals = self.sets[sid]
             out.append(struct.pack("<Q", len(intervals)))
             for lo, hi in intervals:
@@ -115,7 +122,7 @@ class MysqlGtidSet:
             (n_sids,) = struct.unpack_from("<Q", data, 0)
             pos = 8
             for _ in range(n_sids):
-                sid = str(uuid_module.UUID(bytes=bytes(data[pos : pos + 16])))
+                sid = uuid_text(data[pos : pos + 16])
                 (n,) = struct.unpack_from("<Q", data, pos + 16)
                 pos += 24
                 intervals = result.sets.setdefault(sid, [])

@@ -8,7 +8,6 @@ transactions, and None otherwise. The live stream and the file reader share it, 
 
 from __future__ import annotations
 
-import logging
 import struct
 import zlib
 from collections import defaultdict
@@ -64,16 +63,13 @@ from binlog.events import (
     parse_xid,
 )
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
-from binlog.partialrows import build_partial_update_decoder
-from binlog.payload import parse_transaction_payload, split_events, uncompress_payload
+from binlog.logs import logger
 from binlog.position import Position
 from binlog.reader import lenenc_int
 from binlog.rowdecoder import RowsDecoder, build_rows_decoder
 from binlog.schema import SchemaProvider, TableResolver
 from binlog.table import TableInfo
 from binlog.tablemap import TableMap, parse_table_map
-
-log = logging.getLogger("binlog.parser")
 
 _CRC = struct.Struct("<I")
 
@@ -135,6 +131,8 @@ class _TableEntry:
         key = (PARTIAL_UPDATE_ROWS_EVENT, present, present_after)  # apart from the kinds (1, 2, 4) of rows_decoder
         decoder = self.decoders.get(key)
         if decoder is None:
+            from binlog.partialrows import build_partial_update_decoder  # MySQL's JSON diffs only: imports json
+
             decoder = self.decoders[key] = build_partial_update_decoder(self.info.columns, present, present_after)
         return decoder
 
@@ -436,7 +434,7 @@ class EventDecoder:
         if self.changes or self.in_transaction:
             # A transaction that never committed (the source crashed, or we joined mid-stream) is dropped: the binlog
             # contains only committed transactions, so this cannot happen with a healthy source.
-            log.warning(
+            logger("binlog.parser").warning(
                 "transaction at %s:%d had no commit event; dropping %d changes", *self._where(), len(self.changes)
             )
             self._reset_transaction()
@@ -572,6 +570,8 @@ class EventDecoder:
         transaction comes out whole when its commit inside the payload is decoded: a large one is not split into
         parts here (see ``chunk_rows``), since one event yields at most one Transaction.
         """
+        from binlog.payload import parse_transaction_payload, split_events, uncompress_payload  # MySQL 8.0.20+ only
+
         start = log_pos - len(event) if log_pos >= len(event) else self.pos
         where = f"transaction payload in {self.file} at position {start}"
         try:

@@ -8,7 +8,6 @@ invalidates whenever a DDL statement passes and whenever a TABLE_MAP's column co
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,11 +21,10 @@ from binlog.constants import (
     MYSQL_TYPE_TIME,
     MYSQL_TYPE_TIMESTAMP,
 )
+from binlog.logs import logger
 from binlog.table import BLOB_TYPES, NUMERIC_TYPES, STRING_TYPES, ColumnInfo, TableInfo, derived_type_name
 from binlog.table import parse_enum_labels as _labels
 from binlog.tablemap import TableMap
-
-log = logging.getLogger("binlog.schema")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +206,7 @@ class TableResolver:
             key = (tm.schema, tm.table, count)
             if key not in self._warned:
                 self._warned.add(key)
-                log.warning(
+                logger("binlog.schema").warning(
                     "no column names for %s.%s (%d columns): the source writes no row metadata and the schema "
                     "look-up found no table of that shape; using @1, @2...",
                     tm.schema,
