@@ -44,6 +44,8 @@ def payload_sum(payload: bytes | bytearray | memoryview) -> int:
     times over; in chunks of Adler-32 (zlib, in C) it costs about a tenth of that.
     """
     size = len(payload)
+    if size <= _SUM_CHUNK:  # Adler-32's first half is 1 + the byte sum, which cannot wrap: 1 + 256 * 255 < 65521
+        return (_adler32(payload) & 0xFFFF) - 1
     if size < _SUM_CHUNKED_FROM:
         return sum(payload)
     view = memoryview(payload)
@@ -195,8 +197,13 @@ def decode_request_frame(data: bytes, *, max_payload: int = MAX_PAYLOAD) -> tupl
 
 def encode_reply(result: int, payload: bytes = b"") -> bytes:
     """A whole reply frame, header and payload in one ``bytes`` for a single write."""
+    return encode_summed_reply(result, payload, payload_sum(payload))
+
+
+def encode_summed_reply(result: int, payload: bytes, byte_sum: int) -> bytes:
+    """:func:`encode_reply` of a payload whose byte sum the caller knows (made of pieces summed once, ahead)."""
     size = len(payload)
-    return _REPLY.pack(result, size, (result + size + payload_sum(payload)) & _MASK32) + payload
+    return _REPLY.pack(result, size, (result + size + byte_sum) & _MASK32) + payload
 
 
 def encode_reply_parts(result: int, parts: Sequence[bytes]) -> bytes:

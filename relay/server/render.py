@@ -29,7 +29,7 @@ from typing import NamedTuple
 from binlog.constants import KIND_DELETE, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START
 from clientproto import RecordFlags, RecordType, Result, encode_columns, encode_poll, encode_pollv2
 from clientproto.extensions import FETCH_REPLY_HEAD
-from clientproto.header import encode_reply, payload_sum
+from clientproto.header import encode_summed_reply, payload_sum
 from clientproto.records import RECORD_HEAD, RECORD_TAIL_FIXED
 from clientproto.wire import EMPTY_LSTRING, U32, lstring, name_lstring, text_lstring
 from relay.store import StoredEntry
@@ -293,7 +293,8 @@ class RenderCache:
     Keyed by change id. Each record is kept with the entry it was rendered from, and served only for an entry equal
     to that one but for Seq: an entry the store read through :meth:`known` is made of the kept entry's own fields,
     so the comparison is a few identity checks; any other (a store recreated under a running server hands out ids
-    again) is compared by content. Entries without a change id (not from the store) are rendered every time.
+    again) is compared by content. Entries without a change id (not from the store) are rendered every time. A
+    record is kept with its byte sum, so that a reply's checksum adds up sums instead of reading every byte again.
 
     Bounded to ``size`` records and ``max_bytes`` (the records and their stored text) in two generations: when the
     newer one is full it becomes the older one and the older one is dropped, so making room costs nothing per
@@ -305,8 +306,8 @@ class RenderCache:
         self.size = size
         self._half = max(1, size // 2)
         self._half_bytes = max_bytes // 2
-        self._new: dict[int, tuple[StoredEntry, bytes]] = {}
-        self._old: dict[int, tuple[StoredEntry, bytes]] = {}
+        self._new: dict[int, _Kept] = {}
+        self._old: dict[int, _Kept] = {}
         #: Bytes of the records and stored texts in the newer generation.
         self._new_bytes = 0
         self._lock = threading.Lock()
@@ -321,25 +322,37 @@ class RenderCache:
                 return None
         return kept[0]
 
-    def tail(self, entry: StoredEntry) -> bytes:
-        """The record of ``entry`` after RecordSize and Seq (:func:`fetch_tail`)."""
+    def record(self, entry: StoredEntry) -> tuple[bytes, int]:
+        """The record of ``entry`` after RecordSize and Seq (:func:`fetch_tail`), and its byte sum."""
         key = entry.change_id
+        fields = entry[1:]
         kept = self._new.get(key)
-        if kept is not None and kept[0][1:] == entry[1:]:
-            return kept[1]
+        if kept is not None and kept[1] == fields:
+            return kept[2], kept[3]
         kept = self._old.get(key)
-        tail = kept[1] if kept is not None and kept[0][1:] == entry[1:] else fetch_tail(entry)
+        if kept is not None and kept[1] == fields:
+            tail, tail_sum = kept[2], kept[3]
+        else:
+            tail = fetch_tail(entry)
+            tail_sum = payload_sum(tail)
         size = len(tail) + len(entry.data)
         if key and self.size > 0 and size <= CACHE_MAX_RECORD:
             with self._lock:
                 if len(self._new) >= self._half or self._new_bytes + size > self._half_bytes:
                     self._old, self._new, self._new_bytes = self._new, {}, 0
-                self._new[key] = (entry, tail)
+                self._new[key] = (entry, fields, tail, tail_sum)
                 self._new_bytes += size
-        return tail
+        return tail, tail_sum
+
+    def tail(self, entry: StoredEntry) -> bytes:
+        return self.record(entry)[0]
 
     def __len__(self) -> int:
         return len(self._new) + len(self._old)
+
+
+#: A record kept: the entry it was rendered from, that entry less its Seq, the record, its byte sum.
+_Kept = tuple[StoredEntry, tuple[object, ...], bytes, int]
 
 
 def fetch_frame(
@@ -349,21 +362,27 @@ def fetch_frame(
     at least), and how many entries it holds. ``last_seq``: the newest seq of the queue (QueueSize is what follows
     the last record sent). Byte for byte ``clientproto.fetch_reply`` of the same records encoded one by one."""
     parts: list[bytes] = [b""]
+    heads: list[bytes] = []
     append = parts.append
     total = 0
-    tail_of = cache.tail
+    tails_sum = 0
+    record_of = cache.record
     for entry in entries:
-        tail = tail_of(entry)
-        append(_pack_record_head(len(tail) + 8, entry.seq))
+        tail, tail_sum = record_of(entry)
+        head = _pack_record_head(len(tail) + 8, entry.seq)
+        heads.append(head)
+        append(head)
         append(tail)
+        tails_sum += tail_sum
         total += len(tail) + 12
         if total >= byte_budget:
             break
-    count = (len(parts) - 1) // 2
+    count = len(heads)
     if not count:
         return b"", 0
-    parts[0] = FETCH_REPLY_HEAD.pack(count, max(0, last_seq - entries[count - 1].seq))
-    return encode_reply(Result.OK, b"".join(parts)), count
+    parts[0] = payload_head = FETCH_REPLY_HEAD.pack(count, max(0, last_seq - entries[count - 1].seq))
+    byte_sum = payload_sum(payload_head) + payload_sum(b"".join(heads)) + tails_sum
+    return encode_summed_reply(Result.OK, b"".join(parts), byte_sum), count
 
 
 #: The POLL replies of this process's servers (content-keyed, so sharing them between servers in one process is safe).
