@@ -8,7 +8,6 @@ invalidates whenever a DDL statement passes and whenever a TABLE_MAP's column co
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,6 +59,8 @@ class InformationSchemaProvider:
         self.connect_args.pop("database", None)
         self._cache: dict[tuple[str, str], SchemaTable | None] = {}
         self._conn: Any = None
+        import threading  # here: a decoder without a schema look-up (a dump of files) does without it
+
         self._lock = threading.Lock()
         self.queries = 0  # look-ups made (for tests and statistics)
 
