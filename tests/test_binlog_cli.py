@@ -76,10 +76,32 @@ def test_dump_text_names_columns_from_the_server(mariadb_no_metadata: MariaDB) -
     plain = run("dump", "--start-position", str(start[1]), *files)
     assert plain.returncode == 0, plain.stderr
     assert f"insert {schema}.t after: @1='1', @2='é', @3=0x00ff" in plain.stdout
+    assert "WARNING binlog.schema: no column names for" in plain.stderr  # logging set up on its first message
     assert "using @1, @2" in plain.stderr
     named = run("dump", "--start-position", str(start[1]), *files, *connection_args(mariadb_no_metadata))
     assert f"insert {schema}.t after: id='1', v='é', b=0x00ff" in named.stdout
     assert f"delete {schema}.t before: id='1', v='é', b=0x00ff" in named.stdout
+
+
+def test_dump_of_files_leaves_the_other_commands_modules_unimported(mariadb: MariaDB) -> None:
+    # A dump is a short process: what it imports is a good part of its cost.
+    _schema, start = _workload(mariadb)
+    files = [str(f) for f in mariadb.binlog_files() if f.name >= start[0]]
+    script = (
+        "import sys, contextlib, io; from binlog.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()): main(sys.argv[1:])\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ("
+        "'logging', 'json', 'uuid', 'threading', 'pymysql', 'binlog'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, "dump", "--start-position", str(start[1]), *files],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    imported = set(result.stdout.split())
+    assert "binlog.parser" in imported
+    unneeded = {"logging", "json", "uuid", "threading", "pymysql", "binlog.stream", "binlog.settings"}
+    unneeded |= {"binlog.schemahistory", "binlog.jsonb", "binlog.partialrows", "binlog.payload", "binlog.check"}
+    assert imported & unneeded == set()
 
 
 def test_tail_streams_from_a_position(mariadb: MariaDB) -> None:
