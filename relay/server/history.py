@@ -42,11 +42,15 @@ class HistoryRecorder:
         self._task: asyncio.Task[None] | None = None
 
     def served(self, client_id: int, entries: Sequence[StoredEntry]) -> None:
-        """Notes a reply that went out (on the request path: the items are made when they are written)."""
+        """Notes a reply that went out (on the request path: the items are made when they are written).
+
+        Only the reply's newest HISTORY_LENGTH entries are kept: holding a whole FETCH batch until the next flush
+        would keep hundreds of entries per reply alive past the young collections, which then walk them again and
+        again (the cyclic collector's cost grows with what survives)."""
         replies = self._pending.get(client_id)
         if replies is None:
             replies = self._pending[client_id] = deque(maxlen=HISTORY_LENGTH)
-        replies.append((entries, time.time()))
+        replies.append((entries[-HISTORY_LENGTH:], time.time()))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="relay-history")

@@ -32,7 +32,7 @@ from clientproto.extensions import FETCH_REPLY_HEAD
 from clientproto.header import encode_summed_reply, payload_sum
 from clientproto.records import RECORD_HEAD, RECORD_TAIL_FIXED
 from clientproto.wire import EMPTY_LSTRING, U32, lstring, name_lstring, text_lstring
-from relay.store import StoredEntry
+from relay.store import ChangeFields, StoredEntry
 from relay.store.rowcodec import record_columns, wire_columns
 
 #: The relay's own kinds: (EventType on the wire, RecordFlags of the FETCH record). Every other kind is a row change
@@ -312,9 +312,9 @@ class RenderCache:
         self._new_bytes = 0
         self._lock = threading.Lock()
 
-    def known(self, change_id: int) -> StoredEntry | None:
-        """The entry kept for ``change_id`` (with the Seq of the read it came from): ``store.read_entries`` then
-        checks the change instead of reading it."""
+    def known(self, change_id: int) -> ChangeFields | None:
+        """The change kept for ``change_id`` (an entry less its Seq): ``store.read_entries`` then checks the change
+        instead of reading it."""
         kept = self._new.get(change_id)
         if kept is None:
             kept = self._old.get(change_id)
@@ -327,11 +327,11 @@ class RenderCache:
         key = entry.change_id
         fields = entry[1:]
         kept = self._new.get(key)
-        if kept is not None and kept[1] == fields:
-            return kept[2], kept[3]
+        if kept is not None and kept[0] == fields:
+            return kept[1], kept[2]
         kept = self._old.get(key)
-        if kept is not None and kept[1] == fields:
-            tail, tail_sum = kept[2], kept[3]
+        if kept is not None and kept[0] == fields:
+            tail, tail_sum = kept[1], kept[2]
         else:
             tail = fetch_tail(entry)
             tail_sum = payload_sum(tail)
@@ -340,7 +340,7 @@ class RenderCache:
             with self._lock:
                 if len(self._new) >= self._half or self._new_bytes + size > self._half_bytes:
                     self._old, self._new, self._new_bytes = self._new, {}, 0
-                self._new[key] = (entry, fields, tail, tail_sum)
+                self._new[key] = (fields, tail, tail_sum)
                 self._new_bytes += size
         return tail, tail_sum
 
@@ -351,8 +351,9 @@ class RenderCache:
         return len(self._new) + len(self._old)
 
 
-#: A record kept: the entry it was rendered from, that entry less its Seq, the record, its byte sum.
-_Kept = tuple[StoredEntry, tuple[object, ...], bytes, int]
+#: A record kept: the entry it was rendered from less its Seq, the record, its byte sum. Plain tuples of strings and
+#: numbers only, which the cyclic collector stops tracking (a StoredEntry, a tuple subclass, it would walk for ever).
+_Kept = tuple[ChangeFields, bytes, int]
 
 
 def fetch_frame(

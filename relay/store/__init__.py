@@ -19,6 +19,7 @@ from relay.store.gc import collect_garbage
 from relay.store.queues import (
     HISTORY_LENGTH,
     Bounds,
+    ChangeFields,
     HistoryItem,
     StoredEntry,
     ack_session,
@@ -46,6 +47,7 @@ from relay.store.sessions import (
 __all__ = [
     "HISTORY_LENGTH",
     "Bounds",
+    "ChangeFields",
     "HistoryItem",
     "Session",
     "StoreError",

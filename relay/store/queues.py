@@ -117,9 +117,15 @@ READ_BYTE_BUDGET = 16 << 20
 #: Ids in one statement at most (SQLite's variable limit).
 _ID_CHUNK = 500
 
+#: A change as a reader keeps it: a StoredEntry less its seq (``entry[1:]``), a plain tuple.
+ChangeFields = tuple[Any, ...]
 #: The caller's copies of changes already read, by change id (relay/server/render.py): a change found here is not
 #: read again, only checked (:func:`read_entries`).
-KnownChanges = Callable[[int], "StoredEntry | None"]
+KnownChanges = Callable[[int], ChangeFields | None]
+#: Where ChangeFields holds what a held copy is checked by, and its stored text.
+_POS, _ROW, _TIMESTAMP, _DATA = (
+    StoredEntry._fields.index(name) - 1 for name in ("binlog_pos", "row_index", "timestamp", "data")
+)
 
 
 def _id_ranges(ids: list[int]) -> Iterator[tuple[str, list[int]]]:
@@ -175,10 +181,10 @@ def read_entries(
         if not seqs:
             return []
         # Each change as (entry less its seq, stored size): data is None for a large change not read yet.
-        changes: dict[int, tuple[tuple[Any, ...], int]] = {}
+        changes: dict[int, tuple[ChangeFields, int]] = {}
         wanted = sorted(set(change_ids))
         if known is not None:
-            held = {change_id: entry for change_id in wanted if (entry := known(change_id)) is not None}
+            held = {change_id: fields for change_id in wanted if (fields := known(change_id)) is not None}
             if held:
                 for where, params in _id_ranges(sorted(held)):
                     cursor.execute(
@@ -187,14 +193,14 @@ def read_entries(
                         params,
                     )
                     for change_id, binlog_pos, row_index, timestamp, stored_size in cursor.fetchall():
-                        entry = held[change_id]
+                        fields = held[change_id]
                         if (
-                            entry.binlog_pos == binlog_pos
-                            and entry.row_index == row_index
-                            and entry.timestamp == timestamp
-                            and len(entry.data) == stored_size
+                            fields[_POS] == binlog_pos
+                            and fields[_ROW] == row_index
+                            and fields[_TIMESTAMP] == timestamp
+                            and len(fields[_DATA]) == stored_size
                         ):
-                            changes[change_id] = (entry[1:], stored_size)
+                            changes[change_id] = (fields, stored_size)
                 wanted = [change_id for change_id in wanted if change_id not in changes]
         for where, params in _id_ranges(wanted):
             cursor.execute(
