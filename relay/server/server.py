@@ -11,9 +11,8 @@ import signal
 import socket
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import DatabaseError, connections
 
@@ -517,32 +516,18 @@ def event_loop_factory(choice: str | None = None) -> Callable[[], asyncio.Abstra
     return asyncio.new_event_loop
 
 
-class _LoopPolicy(asyncio.DefaultEventLoopPolicy):
-    """The standard policy, making its loops with another factory."""
-
-    def __init__(self, factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
-        super().__init__()
-        self._factory = factory
-
-    def new_event_loop(self) -> asyncio.AbstractEventLoop:
-        return self._factory()
-
-
-def serve(secret: str, options: ServerOptions, *, install_signals: bool = True) -> Coroutine[Any, Any, None]:
-    """The body of ``manage.py runrelay``, run as ``asyncio.run(serve(secret, options))``: a relay server until
-    SIGTERM or SIGINT, on the event loop :func:`event_loop_factory` chooses.
-
-    asyncio.run makes its loop after this call returns, from the event loop policy: so this is a plain function,
-    which sets that policy and returns the coroutine to run (the server's own process runs nothing else). A bad
-    $RELAY_EVENT_LOOP (or uvloop asked for and not installed) stops the process with one line, as a bad key does.
+def serve(secret: str, options: ServerOptions, *, install_signals: bool = True) -> None:
+    """The body of ``manage.py runrelay``: a relay server until SIGTERM or SIGINT, on the event loop
+    :func:`event_loop_factory` chooses (an ``asyncio.Runner`` with that loop factory: no event loop policy, which
+    Python deprecates). A bad $RELAY_EVENT_LOOP (or uvloop asked for and not installed) stops the process with one
+    line, as a bad key does.
     """
     try:
         factory = event_loop_factory()
     except (ValueError, ImportError) as exc:
         raise SystemExit(f"configuration error: {exc}") from None
-    if factory is not asyncio.new_event_loop:
-        asyncio.set_event_loop_policy(_LoopPolicy(factory))
-    return _serve(secret, options, install_signals=install_signals)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_serve(secret, options, install_signals=install_signals))
 
 
 async def _serve(secret: str, options: ServerOptions, *, install_signals: bool) -> None:

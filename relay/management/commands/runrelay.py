@@ -6,7 +6,6 @@ DataDir that cannot be created, a store that cannot be reached or is not migrate
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -96,4 +95,4 @@ class Command(BaseCommand):
         )
         check_store()
         settle_after_start()
-        asyncio.run(serve(secret, server_options))
+        serve(secret, server_options)
