@@ -168,6 +168,25 @@ def test_history_keeps_the_last_ten() -> None:
     assert Client.objects.get(id=session.client_id).history.count() == store.HISTORY_LENGTH
 
 
+def test_history_of_many_clients_is_written_at_once_and_each_keeps_its_newest() -> None:
+    import datetime
+
+    sessions = [store.open_session(f"h{n}") for n in range(3)]
+    at = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    for round_ in range(3):  # 0, 4 and 12 items a client a round
+        items = {
+            s.client_id: [
+                store.HistoryItem(100 * round_ + k, 1, "shop", f"t{n}", at) for k in range(4 * round_ * (n + 1) // 2)
+            ]
+            for n, s in enumerate(sessions)
+        }
+        store.record_history(items)
+    for n, s in enumerate(sessions):
+        kept = list(Client.objects.get(id=s.client_id).history.order_by("-id").values_list("seq", "table_name"))
+        newest = [200 + k for k in range(4 * (n + 1))][::-1] + [100 + k for k in range(2 * (n + 1))][::-1]
+        assert kept == [(seq, f"t{n}") for seq in newest[: store.HISTORY_LENGTH]], n
+
+
 def test_garbage_collection_keeps_what_a_queue_needs() -> None:
     a = store.open_session("a")
     b = store.open_session("b")

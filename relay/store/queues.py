@@ -299,31 +299,35 @@ def last_seqs(client_ids: Sequence[int]) -> dict[int, int]:
 
 
 def record_history(items: Mapping[int, Sequence[HistoryItem]]) -> None:
-    """Appends served events per client and keeps the newest HISTORY_LENGTH of each: one insert for all clients."""
+    """Appends served events per client and keeps the newest HISTORY_LENGTH of each: an insert and a delete for all
+    clients (in pages of at most 100 rows and 500 clients: SQLite's limit on a statement's parameters)."""
+    adapt = connection.ops.adapt_datetimefield_value
     rows = [
-        ServedEvent(
-            client_id=client_id,
-            seq=item.seq,
-            kind=item.kind,
-            schema_name=item.schema_name[:255],
-            table_name=item.table_name[:255],
-            served_at=item.served_at,
-        )
+        (client_id, item.seq, item.kind, item.schema_name[:255], item.table_name[:255], adapt(item.served_at))
         for client_id, served in items.items()
         for item in list(served)[-HISTORY_LENGTH:]
     ]
     if not rows:
         return
     served_table = table(ServedEvent)
-    with transaction.atomic():
-        ServedEvent.objects.bulk_create(rows)
-        with connection.cursor() as cursor:
-            for client_id in items:
-                cursor.execute(
-                    f"DELETE FROM {served_table} WHERE client_id = %s AND id < (SELECT MIN(id) FROM"
-                    f" (SELECT id FROM {served_table} WHERE client_id = %s ORDER BY id DESC LIMIT %s) newest)",
-                    [client_id, client_id, HISTORY_LENGTH],
-                )
+    clients = list(items)
+    with transaction.atomic(), connection.cursor() as cursor:
+        for at in range(0, len(rows), 100):
+            page = rows[at : at + 100]
+            cursor.execute(
+                f"INSERT INTO {served_table} (client_id, seq, kind, schema_name, table_name, served_at) VALUES "
+                + ", ".join("(%s, %s, %s, %s, %s, %s)" for _ in page),
+                [value for row in page for value in row],
+            )
+        for at in range(0, len(clients), 500):
+            chunk = clients[at : at + 500]
+            marks = ", ".join("%s" for _ in chunk)
+            cursor.execute(
+                f"DELETE FROM {served_table} WHERE client_id IN ({marks}) AND id IN (SELECT id FROM (SELECT id,"
+                f" row_number() OVER (PARTITION BY client_id ORDER BY id DESC) AS newer FROM {served_table}"
+                f" WHERE client_id IN ({marks})) ranked WHERE newer > %s)",
+                [*chunk, *chunk, HISTORY_LENGTH],
+            )
 
 
 def purge_queue(client_id: int) -> int:
