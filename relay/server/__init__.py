@@ -7,9 +7,11 @@ in flight; each authenticated connection holds a session (:mod:`.queues`) with i
 queue, rendered in the store threads and topped up with the session's write-behind, so a legacy POLL is answered
 within the callback that brought it: no task, no store call, a few microseconds of Python. Long-polling FETCHes
 wait on :mod:`.wakeup` (PostgreSQL LISTEN/NOTIFY, or a 10 ms poll of the waiting clients' queues on SQLite). The
-History column is written in batches (:mod:`.history`). SNAPSHOT requests go through the store's snapshot API
-(:mod:`.snapshots`); a snapshot's rows and markers are rendered by :mod:`.render` and passed over by POLL sessions
-(:mod:`.queues`).
+History column is written in batches (:mod:`.history`). A FETCH record is rendered once per change and shared by
+the sessions (:class:`.render.RenderCache`, by change id): a session reading a change the server holds only checks it
+in the store (its binlog coordinates and stored size) instead of reading it. SNAPSHOT requests go through the
+store's snapshot API (:mod:`.snapshots`); a snapshot's rows and markers are rendered by :mod:`.render` and passed over
+by POLL sessions (:mod:`.queues`).
 
 Limits (:class:`ServerOptions`): before AUTH a request's payload is at most ``MAX_UNAUTHENTICATED_PAYLOAD`` and a
 connection must authenticate within ``auth_timeout``; a request begun must arrive within ``io_timeout``; connections

@@ -213,7 +213,7 @@ def read_entries(
                 changes[row[9]] = (row[:10], row[10])
         entries: list[StoredEntry] = []
         loaded = 0
-        make = tuple.__new__
+        make = tuple.__new__  # a StoredEntry from one tuple, without NamedTuple's argument handling
         for seq, change_id in zip(seqs, change_ids, strict=True):
             change = changes.get(change_id)
             if change is None:
@@ -221,9 +221,9 @@ def read_entries(
             fields, stored_size = change
             if entries and loaded + stored_size > byte_budget:
                 break
-            if fields[8] is None:  # a large change: read now that the budget has room for it
+            if fields[_DATA] is None:  # a large change: read now that the budget has room for it
                 cursor.execute(f"SELECT data FROM {table(Change)} WHERE id = %s", [change_id])
-                fields = (*fields[:8], cursor.fetchone()[0], change_id)
+                fields = (*fields[:_DATA], cursor.fetchone()[0], *fields[_DATA + 1 :])
             loaded += stored_size
             entries.append(make(StoredEntry, (seq, *fields)))
     return entries
