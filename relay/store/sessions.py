@@ -51,20 +51,22 @@ def open_session(name: str, remote_address: str = "", relay_process_id: int | No
     if not name:
         raise StoreError("client name is empty")
     token = new_token()
-    for _ in range(3):  # a name deleted again between its registration and its session: rare, and bounded
-        with transaction.atomic():
+    with transaction.atomic():
+        client_id = _start_session(name, token, remote_address, relay_process_id)
+        if client_id is None:
+            # A name never seen: registered (unless the store holds its limit of clients) with its queue state, in
+            # this same transaction, so that no one ever sees a client without one.
+            check_client_capacity(name)
+            Client.objects.bulk_create([Client(name=name)], ignore_conflicts=True)
             client_id = _start_session(name, token, remote_address, relay_process_id)
-            if client_id is not None:
-                QueueState.objects.bulk_create([QueueState(client_id=client_id)], ignore_conflicts=True)
-                if connection.vendor == "postgresql":
-                    # Delivered at commit, so no relay process hears of the session before it exists.
-                    with connection.cursor() as cursor:
-                        cursor.execute("SELECT pg_notify(%s, %s)", [SESSION_CHANNEL, f"{client_id}:{token}"])
-                return Session(client_id, token, name)
-        # A name never seen: registered (unless the store holds its limit of clients), then its session starts.
-        check_client_capacity(name)
-        Client.objects.bulk_create([Client(name=name)], ignore_conflicts=True)
-    raise StoreError(f"client {name!r}: deleted while its session was starting; try again")
+            if client_id is None:
+                raise StoreError(f"client {name!r}: deleted while its session was starting; try again")
+        QueueState.objects.bulk_create([QueueState(client_id=client_id)], ignore_conflicts=True)
+        if connection.vendor == "postgresql":
+            # Delivered at commit, so no relay process hears of the session before it exists.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [SESSION_CHANNEL, f"{client_id}:{token}"])
+    return Session(client_id, token, name)
 
 
 def _start_session(name: str, token: int, remote_address: str, relay_process_id: int | None) -> int | None:

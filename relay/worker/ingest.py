@@ -280,8 +280,9 @@ class Ingestor:
             rows = cursor.fetchall()
         queues: dict[int, _Queue] = {}
         for client_id, acked_seq, last_seq, max_queue in rows:
-            if last_seq is None:  # no state yet (a client made before states were)
-                QueueState.objects.create(client_id=client_id)
+            if last_seq is None:  # no state yet (a client made before states were, or by hand)
+                # Ignoring a conflict: an AUTH committing the client's state meanwhile must not stop the worker.
+                QueueState.objects.bulk_create([QueueState(client_id=client_id)], ignore_conflicts=True)
                 last_seq = max_queue = 0
             queues[client_id] = _Queue(acked=acked_seq, last=max(last_seq, acked_seq), max_queue=max_queue)
         return queues
