@@ -1,10 +1,11 @@
-"""The cyclic garbage collector's settings for the long-running processes (``runrelay``, ``runbinlog``).
+"""The cyclic garbage collector's settings for the relay server (``runrelay``).
 
 CPython runs a young collection every 700 new container objects and, after enough of those, a full one that walks
-every object the process holds: Django's, the modules', the caches of rendered records. A relay process makes a
-tuple or more for every row it moves, so with the defaults the collector ran all the time and walked the same
-long-lived objects again and again: in the relay server under 50 FETCH clients it held the GIL for about a third of
-the time (bench/serve.py), and turning it off altogether gave about 1.2x the events per second.
+every object the process holds: Django's, the modules', the caches of rendered records. The server makes a tuple or
+more for every entry it reads, so with the defaults the collector ran all the time and walked the same long-lived
+objects again and again: under 50 FETCH clients it held the GIL for about a third of the time (bench/serve.py), and
+turning it off altogether gave about 1.2x the events per second. (The worker, ``runbinlog``, keeps the defaults:
+these settings made no difference to bench/ingest.py.)
 
 So once a process has started (Django set up, its modules imported), everything alive then is frozen (moved to a
 generation no collection walks: it lives as long as the process anyway) and a young collection runs every

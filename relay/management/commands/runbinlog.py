@@ -14,7 +14,6 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from binlog import Position
 from relay.config import ConfigError, load_config, parse_position
-from relay.gcpolicy import settle_after_start
 from relay.startup import check_store, command_config, fail
 from relay.worker.runner import Worker, WorkerOptions
 
@@ -55,5 +54,4 @@ class Command(BaseCommand):
             ),
         )
         worker.install_signal_handlers()
-        settle_after_start()
         sys.exit(worker.run())
