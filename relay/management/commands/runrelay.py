@@ -11,7 +11,6 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from relay.config import ConfigError, require_auth_secret
-from relay.gcpolicy import settle_after_start
 from relay.server import ServerOptions, serve
 from relay.startup import check_store, command_config, fail
 from relay.store import relayprocess
@@ -94,5 +93,4 @@ class Command(BaseCommand):
             **{field: options[field] for _option, field, *_ in _TUNABLES},
         )
         check_store()
-        settle_after_start()
         serve(secret, server_options)
