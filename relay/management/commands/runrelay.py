@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from relay.config import ConfigError, require_auth_secret
+from relay.gcpolicy import space_out_collections
 from relay.server import ServerOptions, serve
 from relay.startup import check_store, command_config, fail
 from relay.store import relayprocess
@@ -93,4 +94,5 @@ class Command(BaseCommand):
             **{field: options[field] for _option, field, *_ in _TUNABLES},
         )
         check_store()
+        space_out_collections()
         serve(secret, server_options)
