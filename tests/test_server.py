@@ -599,7 +599,7 @@ def test_cached_fetch_frames_are_byte_identical_to_the_reference_encoder() -> No
         assert render.fetch_frame(cache, [entry], 1 << 30, entry.seq)[0] == fetch_reply(
             0, reference_records([entry], 1 << 30)
         )
-    assert render.RenderCache(size=0).tail(entries[0]) == render.RenderCache().tail(entries[0])
+    assert render.RenderCache(size=0).record(entries[0])[0] == render.RenderCache().record(entries[0])[0]
     assert len(cache) <= 8
 
 
@@ -610,14 +610,14 @@ def test_render_cache_is_bounded_by_bytes_and_keeps_what_it_can() -> None:
     one = max(len(render.fetch_tail(entry)) + len(entry.data) for entry in entries)
     cache = render.RenderCache(size=1000, max_bytes=4 * one)  # two records a generation at most
     for entry in entries:
-        cache.tail(entry)
+        cache.record(entry)
         assert len(cache) <= 4
     assert cache.known(entries[-1].change_id) == entries[-1][1:]
     assert cache.known(entries[0].change_id) is None  # dropped with its generation
     assert len(render.RenderCache(size=0)) == 0 and render.RenderCache(size=0).known(1) is None
     unbounded = render.RenderCache()
     for entry in entries:
-        unbounded.tail(entry)
+        unbounded.record(entry)
     assert len(unbounded) == len({entry.change_id for entry in entries})
 
 

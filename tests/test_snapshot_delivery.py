@@ -157,7 +157,7 @@ def test_cached_records_of_snapshots_are_the_reference_encoders_bytes() -> None:
     insert = reference_record(row._replace(kind=INSERT))
     assert reference_record(row) == struct.pack("<I", len(insert) - 3) + insert[4:] + b"\x01"
     # The same change as an insert and as a snapshot row are different records: the cache keeps them apart.
-    assert render.RenderCache().tail(row._replace(kind=INSERT)) == insert[12:]
+    assert render.RenderCache().record(row._replace(kind=INSERT))[0] == insert[12:]
     # The legacy payloads of a snapshot's row are an INSERT's, byte for byte.
     assert render.poll_payload(row, 3) == render.poll_payload(row._replace(kind=INSERT), 3)
     assert render.pollv2_payload(row, 3, 9) == render.pollv2_payload(row._replace(kind=INSERT), 3, 9)

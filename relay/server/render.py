@@ -344,9 +344,6 @@ class RenderCache:
                 self._new_bytes += size
         return tail, tail_sum
 
-    def tail(self, entry: StoredEntry) -> bytes:
-        return self.record(entry)[0]
-
     def __len__(self) -> int:
         return len(self._new) + len(self._old)
 
@@ -363,26 +360,24 @@ def fetch_frame(
     at least), and how many entries it holds. ``last_seq``: the newest seq of the queue (QueueSize is what follows
     the last record sent). Byte for byte ``clientproto.fetch_reply`` of the same records encoded one by one."""
     parts: list[bytes] = [b""]
-    heads: list[bytes] = []
     append = parts.append
     total = 0
     tails_sum = 0
     record_of = cache.record
     for entry in entries:
         tail, tail_sum = record_of(entry)
-        head = _pack_record_head(len(tail) + 8, entry.seq)
-        heads.append(head)
-        append(head)
+        append(_pack_record_head(len(tail) + 8, entry.seq))
         append(tail)
         tails_sum += tail_sum
         total += len(tail) + 12
         if total >= byte_budget:
             break
-    count = len(heads)
+    count = (len(parts) - 1) // 2
     if not count:
         return b"", 0
     parts[0] = payload_head = FETCH_REPLY_HEAD.pack(count, max(0, last_seq - entries[count - 1].seq))
-    byte_sum = payload_sum(payload_head) + payload_sum(b"".join(heads)) + tails_sum
+    # The records' heads (parts 1, 3, 5, ...) are summed together; their tails' sums were kept with them.
+    byte_sum = payload_sum(payload_head) + payload_sum(b"".join(parts[1::2])) + tails_sum
     return encode_summed_reply(Result.OK, b"".join(parts), byte_sum), count
 
 
