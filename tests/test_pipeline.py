@@ -728,13 +728,18 @@ def test_standalone_cluster_counts_like_the_workload(
             "--master", f"spark://127.0.0.1:{port}",
             "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
             "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2",
-            timeout=100,
+            # Tasks wait for both executors: by default the driver starts once 80% of the cores are registered or
+            # 30 s have passed, and on a loaded machine one executor could then do all the work.
+            "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+            "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=90s",
+            timeout=150,
         )  # fmt: skip
         assert code == 0, stderr[-3000:]
         assert "decode 3 binlog" in stdout and "files: 3 complete" in stdout
         # Both workers ran an executor of the application.
         for n in (1, 2):
-            assert list((tmp_path / f"work{n}").glob("app-*/*/stderr")), n
+            daemon_logs = {log.name: log.read_text(errors="replace")[-2000:] for log in sorted(logs.iterdir())}
+            assert list((tmp_path / f"work{n}").glob("app-*/*")), (n, daemon_logs)
     finally:
         for daemon in daemons:
             if daemon.poll() is None:
