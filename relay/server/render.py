@@ -32,7 +32,7 @@ from clientproto.extensions import FETCH_REPLY_HEAD
 from clientproto.header import encode_summed_reply, payload_sum
 from clientproto.records import RECORD_HEAD, RECORD_TAIL_FIXED
 from clientproto.wire import EMPTY_LSTRING, U32, lstring, name_lstring, text_lstring
-from relay.store import ChangeFields, StoredEntry
+from relay.store import ChangeFields, KnownChange, StoredEntry, change_check
 from relay.store.rowcodec import record_columns, wire_columns
 
 #: The relay's own kinds: (EventType on the wire, RecordFlags of the FETCH record). Every other kind is a row change
@@ -312,35 +312,49 @@ class RenderCache:
         self._new_bytes = 0
         self._lock = threading.Lock()
 
-    def known(self, change_id: int) -> ChangeFields | None:
-        """The change kept for ``change_id`` (an entry less its Seq): ``store.read_entries`` then checks the change
-        instead of reading it."""
-        kept = self._new.get(change_id)
+    def known(self, change_id: int) -> KnownChange | None:
+        """The change kept for ``change_id`` (an entry less its Seq) and its check: ``store.read_entries`` then checks
+        the change instead of reading it."""
+        generation = self._new
+        kept = generation.get(change_id)
         if kept is None:
-            kept = self._old.get(change_id)
+            generation = self._old
+            kept = generation.get(change_id)
             if kept is None:
                 return None
-        return kept[0]
+        fields, check = kept[0]
+        if check is None:
+            # Made on the change's first check rather than when it is kept: a change that one client only reads
+            # (the others filter it out, or there are no others) never costs one.
+            change = (fields, change_check(fields))
+            with self._lock:
+                if generation.get(change_id) is kept:
+                    generation[change_id] = (change, kept[1], kept[2])
+            return change
+        return fields, check
 
     def record(self, entry: StoredEntry) -> tuple[bytes, int]:
         """The record of ``entry`` after RecordSize and Seq (:func:`fetch_tail`), and its byte sum."""
         key = entry.change_id
         fields = entry[1:]
         kept = self._new.get(key)
-        if kept is not None and kept[0] == fields:
+        if kept is not None and kept[0][0] == fields:
             return kept[1], kept[2]
         kept = self._old.get(key)
-        if kept is not None and kept[0] == fields:
-            tail, tail_sum = kept[1], kept[2]
+        if kept is not None and kept[0][0] == fields:
+            change, tail, tail_sum = kept
         else:
+            change = None
             tail = fetch_tail(entry)
             tail_sum = payload_sum(tail)
         size = len(tail) + len(entry.data)
         if key and self.size > 0 and size <= CACHE_MAX_RECORD:
+            if change is None:
+                change = (fields, None)
             with self._lock:
                 if len(self._new) >= self._half or self._new_bytes + size > self._half_bytes:
                     self._old, self._new, self._new_bytes = self._new, {}, 0
-                self._new[key] = (fields, tail, tail_sum)
+                self._new[key] = (change, tail, tail_sum)
                 self._new_bytes += size
         return tail, tail_sum
 
@@ -348,9 +362,10 @@ class RenderCache:
         return len(self._new) + len(self._old)
 
 
-#: A record kept: the entry it was rendered from less its Seq, the record, its byte sum. Plain tuples of strings and
-#: numbers only, which the cyclic collector stops tracking (a StoredEntry, a tuple subclass, it would walk for ever).
-_Kept = tuple[ChangeFields, bytes, int]
+#: A record kept: the entry it was rendered from less its Seq with its check (``store.change_check``; None until the
+#: change is first checked), the record, its byte sum. Plain tuples of strings and numbers only, which the cyclic
+#: collector stops tracking (a StoredEntry, a tuple subclass, it would walk for ever).
+_Kept = tuple[tuple[ChangeFields, str | None], bytes, int]
 
 
 def fetch_frame(

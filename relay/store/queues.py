@@ -119,24 +119,86 @@ _ID_CHUNK = 500
 
 #: A change as a reader keeps it: a StoredEntry less its seq (``entry[1:]``), a plain tuple.
 ChangeFields = tuple[Any, ...]
+#: A change a reader holds, with its check text (:func:`change_check`), which the reader keeps with it.
+KnownChange = tuple[ChangeFields, str]
 #: The caller's copies of changes already read, by change id (relay/server/render.py): a change found here is not
 #: read again, only checked (:func:`read_entries`).
-KnownChanges = Callable[[int], ChangeFields | None]
+KnownChanges = Callable[[int], KnownChange | None]
 #: Where ChangeFields holds what a held copy is checked by, and its stored text.
 _POS, _ROW, _TIMESTAMP, _DATA = (
     StoredEntry._fields.index(name) - 1 for name in ("binlog_pos", "row_index", "timestamp", "data")
 )
 
 
-def _id_ranges(ids: list[int]) -> Iterator[tuple[str, list[int]]]:
-    """WHERE clauses over sorted, distinct ``ids``: a range where they are consecutive (a broad subscription), an
-    IN list of at most _ID_CHUNK otherwise."""
+def change_check(fields: ChangeFields) -> str:
+    """What a held copy of a change is checked by: its binlog coordinates, timestamp and stored size, as the store
+    writes them for a range of changes (``_checks_of_range``). Ids are handed out once per store, so these differ
+    from the copy's only where a store restored or recreated under a running reader hands the id out again."""
+    return f"{fields[_POS]},{fields[_ROW]},{fields[_TIMESTAMP]},{len(fields[_DATA])}"
+
+
+def _checks_of_range(where: str) -> str:
+    """One statement giving the checks (:func:`change_check`) of the changes matching ``where``, in id order,
+    joined by ';': the check of a few hundred held changes costs one row instead of one each. Only a text equal
+    to the held copies' own proves them current; anything else (a change gone, one that differs, an order the
+    database did not keep) sends the range to the change-by-change check."""
+    if connection.vendor == "postgresql":
+        return (
+            f"SELECT string_agg(concat_ws(',', binlog_pos, row_index, {connection.ops.quote_name('timestamp')},"
+            f" octet_length(data)), ';' ORDER BY id) FROM {table(Change)} WHERE {where}"
+        )
+    # SQLite before 3.44 has no ORDER BY in an aggregate: its group_concat follows the ordered subquery.
+    return (
+        f"SELECT group_concat(c, ';') FROM (SELECT binlog_pos || ',' || row_index || ',' ||"
+        f" {connection.ops.quote_name('timestamp')} || ',' || length(data) AS c FROM {table(Change)} WHERE {where}"
+        " ORDER BY id)"
+    )
+
+
+def _id_ranges(ids: list[int]) -> Iterator[tuple[str, list[int], list[int]]]:
+    """WHERE clauses over sorted, distinct ``ids``, with their parameters and the ids each covers: a range where they
+    are consecutive (a broad subscription), an IN list of at most _ID_CHUNK otherwise."""
     for at in range(0, len(ids), _ID_CHUNK):
         chunk = ids[at : at + _ID_CHUNK]
         if chunk[-1] - chunk[0] + 1 == len(chunk):
-            yield "id >= %s AND id <= %s", [chunk[0], chunk[-1]]
+            yield "id >= %s AND id <= %s", [chunk[0], chunk[-1]], chunk
         else:
-            yield f"id IN ({', '.join('%s' for _ in chunk)})", chunk
+            yield f"id IN ({', '.join('%s' for _ in chunk)})", chunk, chunk
+
+
+def _stored_size() -> str:
+    """The SQL function giving a stored text's size in bytes. Characters on SQLite: the stored forms are ASCII, so
+    the two agree."""
+    return "octet_length" if connection.vendor == "postgresql" else "length"
+
+
+def _current_copies(cursor: Any, held: dict[int, KnownChange]) -> dict[int, tuple[ChangeFields, int]]:
+    """Of the held copies (ascending ids), those the store holds as they are, each with its stored size: a range
+    whose checks match as a whole is current at once; otherwise its changes are compared one by one."""
+    size = _stored_size()
+    q = connection.ops.quote_name
+    current: dict[int, tuple[ChangeFields, int]] = {}
+    for where, params, chunk in _id_ranges(list(held)):
+        cursor.execute(_checks_of_range(where), params)
+        if cursor.fetchone()[0] == ";".join([held[change_id][1] for change_id in chunk]):
+            for change_id in chunk:
+                fields = held[change_id][0]
+                current[change_id] = (fields, len(fields[_DATA]))
+            continue
+        cursor.execute(
+            f"SELECT id, binlog_pos, row_index, {q('timestamp')}, {size}(data) FROM {table(Change)} WHERE {where}",
+            params,
+        )
+        for change_id, binlog_pos, row_index, timestamp, stored_size in cursor.fetchall():
+            fields = held[change_id][0]
+            if (
+                fields[_POS] == binlog_pos
+                and fields[_ROW] == row_index
+                and fields[_TIMESTAMP] == timestamp
+                and len(fields[_DATA]) == stored_size
+            ):
+                current[change_id] = (fields, stored_size)
+    return current
 
 
 def read_entries(
@@ -150,16 +212,15 @@ def read_entries(
 
     The entries stop early once their changes' stored text reaches ``byte_budget`` (the first entry always comes).
 
-    ``known``: changes the caller holds already. Of those only the id, the binlog coordinates and the stored size are
-    read, which is most of the cost of a read saved when many clients queue the same changes; one whose coordinates
-    or size differ from the copy (a store restored or recreated under a running server hands out ids again) is read
-    whole, as if unknown.
+    ``known``: changes the caller holds already. Those are only checked (their binlog coordinates, timestamp and stored
+    size, a few hundred in one row of text), which is most of the cost of a read saved when many clients queue the
+    same changes; one whose check differs from the copy's (a store restored or recreated under a running server hands
+    out ids again) is read whole, as if unknown.
     """
     if limit <= 0:
         return []
     q = connection.ops.quote_name
-    # Characters, not bytes, on SQLite: the stored forms are ASCII, so the two agree.
-    size = "octet_length" if connection.vendor == "postgresql" else "length"
+    size = _stored_size()
     upper = after_seq + limit
     with connection.cursor() as cursor:
         # Entries are runs (QueueEntry): entry seq + i is change change_id + i. The runs overlapping (after, upper]
@@ -184,25 +245,11 @@ def read_entries(
         changes: dict[int, tuple[ChangeFields, int]] = {}
         wanted = sorted(set(change_ids))
         if known is not None:
-            held = {change_id: fields for change_id in wanted if (fields := known(change_id)) is not None}
+            held = {change_id: copy for change_id in wanted if (copy := known(change_id)) is not None}
             if held:
-                for where, params in _id_ranges(sorted(held)):
-                    cursor.execute(
-                        f"SELECT id, binlog_pos, row_index, {q('timestamp')}, {size}(data) FROM {table(Change)}"
-                        f" WHERE {where}",
-                        params,
-                    )
-                    for change_id, binlog_pos, row_index, timestamp, stored_size in cursor.fetchall():
-                        fields = held[change_id]
-                        if (
-                            fields[_POS] == binlog_pos
-                            and fields[_ROW] == row_index
-                            and fields[_TIMESTAMP] == timestamp
-                            and len(fields[_DATA]) == stored_size
-                        ):
-                            changes[change_id] = (fields, stored_size)
+                changes = _current_copies(cursor, held)
                 wanted = [change_id for change_id in wanted if change_id not in changes]
-        for where, params in _id_ranges(wanted):
+        for where, params, _chunk in _id_ranges(wanted):
             cursor.execute(
                 f"SELECT kind, schema_name, table_name, binlog_file, binlog_pos, row_index, {q('timestamp')},"
                 f" gtid, CASE WHEN {size}(data) > %s THEN NULL ELSE data END, id, {size}(data)"
