@@ -340,6 +340,57 @@ def test_held_changes_that_are_current_cost_one_check_for_the_whole_range() -> N
     assert after == kept and all(a.data is b.data for a, b in zip(after, kept, strict=True))
 
 
+def test_auth_of_a_known_name_restarts_its_session_announced_and_in_one_statement_on_postgresql() -> None:
+    import select
+
+    import psycopg2
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from relay.store.channels import SESSION_CHANNEL
+
+    first = store.open_session("again")
+    # A store written before queue states were made at registration: the next AUTH makes the missing one.
+    QueueState.objects.filter(client_id=first.client_id).delete()
+    listener = None
+    if connection.vendor == "postgresql":
+        listener = psycopg2.connect(**connection.get_connection_params())
+        listener.autocommit = True
+        with listener.cursor() as cursor:
+            cursor.execute(f"LISTEN {SESSION_CHANNEL}")
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            second = store.open_session("again", "10.0.0.1:5000")
+        client = Client.objects.get(id=first.client_id)
+        assert second.client_id == first.client_id and second.token != first.token
+        assert (client.token, client.connected, client.remote_address) == (second.token, True, "10.0.0.1:5000")
+        assert QueueState.objects.filter(client_id=first.client_id, last_seq=0).exists()
+        if listener is None:  # SQLite: no announcement; the session and the queue state in one transaction
+            writes = [query["sql"].split()[0] for query in queries if query["sql"].startswith(("UPDATE", "INSERT"))]
+            assert writes == ["UPDATE", "INSERT"], [query["sql"] for query in queries]
+            return
+        assert len(queries) == 1, [query["sql"] for query in queries]
+        deadline = time.monotonic() + 10
+        heard: list[str] = []
+        while f"{second.client_id}:{second.token}" not in heard and time.monotonic() < deadline:
+            select.select([listener], [], [], 0.5)
+            listener.poll()
+            heard += [notify.payload for notify in listener.notifies if notify.channel == SESSION_CHANNEL]
+            listener.notifies.clear()
+        assert f"{second.client_id}:{second.token}" in heard
+        # A name never seen writes nothing in the one statement, and is then registered as before.
+        third = store.open_session("new-name")
+        assert Client.objects.get(id=third.client_id).token == third.token
+        assert QueueState.objects.filter(client_id=third.client_id).exists()
+    finally:
+        if listener is not None:
+            listener.close()
+    store.close_session(second.client_id, first.token)  # an older session's close leaves the newer one connected
+    assert Client.objects.get(id=second.client_id).connected
+    store.close_session(second.client_id, second.token)
+    assert not Client.objects.get(id=second.client_id).connected
+
+
 def test_garbage_collection_works_off_a_backlog_in_time_slices() -> None:
     session = store.open_session("slices")
     enqueue(session.client_id, rows(30))
