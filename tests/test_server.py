@@ -636,6 +636,31 @@ def test_clients_sharing_changes_get_the_same_events(relay: ServerThread) -> Non
     assert first.queue_size == 0 and second.queue_size == 0
 
 
+def test_a_store_restored_under_the_running_server_is_served_as_it_holds(relay: ServerThread) -> None:
+    """Change ids are the server's cache keys; a store restored (or recreated) under it hands them out again for
+    other rows. The server serves the rows the store holds, not the records it rendered before."""
+    from relay.models import Change, QueueEntry, QueueState
+    from relay.store import rowcodec
+
+    a, b = authed(relay, "restore-a"), authed(relay, "restore-b")
+    enqueue(a.client_id, [{"id": str(i)} for i in range(20)])
+    before = fetch(a, 100)
+    assert [e.columns[0].after for e in before.events] == [str(i).encode() for i in range(20)]
+    change_ids = list(Change.objects.order_by("id").values_list("id", flat=True))
+    # Every other change becomes another row of the same size at the same position of another binlog file.
+    restored = [("x" * len(str(n)) if n % 2 else str(n)) for n in range(20)]
+    for n, change_id in enumerate(change_ids):
+        Change.objects.filter(id=change_id).update(
+            binlog_file="mysql-bin.000777" if n % 2 else "mysql-bin.000042",
+            data=rowcodec.encode(["id"], None, [restored[n]]),
+        )
+    QueueEntry.objects.create(client_id=b.client_id, seq=1, count=20, change_id=change_ids[0])
+    QueueState.objects.filter(client_id=b.client_id).update(last_seq=20)
+    after = fetch(b, 100)
+    assert [e.columns[0].after for e in after.events] == [value.encode() for value in restored]
+    assert [e.file for e in after.events] == ["mysql-bin.000777" if n % 2 else "mysql-bin.000042" for n in range(20)]
+
+
 def test_fetch_read_ahead_never_reorders_duplicates_or_loses(relay: ServerThread) -> None:
     client = authed(relay)
     enqueue(client.client_id, [{"id": str(i)} for i in range(60)])

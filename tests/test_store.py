@@ -308,14 +308,22 @@ def test_changes_the_reader_holds_are_checked_not_read_and_read_whole_when_they_
     assert store.read_entries(session.client_id, 0, 100, byte_budget=2 * len(first[0].data), known=known) == first[:2]
     # A store that hands out ids again (restored, recreated): a held copy whose coordinates or size differ from the
     # stored change is never served; the change is read whole.
+    enqueue(session.client_id, rows(4))
+    first = store.read_entries(session.client_id, 0, 100)
+    held.update((entry.change_id, (entry[1:], store.change_check(entry[1:]))) for entry in first)
     stale = first[1]
     Change.objects.filter(id=stale.change_id).update(data=rowcodec.encode(["id"], None, ["other"]))
     Change.objects.filter(id=first[2].change_id).update(binlog_pos=first[2].binlog_pos + 1)
     Change.objects.filter(id=first[3].change_id).update(timestamp=first[3].timestamp + 1)
+    Change.objects.filter(id=first[4].change_id).update(binlog_file="mysql-bin.000099")
+    Change.objects.filter(id=first[5].change_id).update(gtid="0-2-77")
+    Change.objects.filter(id=first[6].change_id).update(kind=4)
     read = store.read_entries(session.client_id, 0, 100, known=known)
-    assert ids(read) == ["0", "other", "2", "3", "4", "5"]
+    assert ids(read) == ["0", "other", "2", "3", "4", "5", "0", "1", "2", "3"]
     assert read[2].binlog_pos == first[2].binlog_pos + 1 and read[3].timestamp == first[3].timestamp + 1
-    assert read[0].data is first[0].data
+    assert (read[4].binlog_file, read[5].gtid, read[6].kind) == ("mysql-bin.000099", "0-2-77", 4)
+    assert read[0].data is first[0].data and all(a.data is b.data for a, b in zip(read[7:], first[7:], strict=True))
+    assert all(a.data is not b.data for a, b in zip(read[1:7], first[1:7], strict=True))
 
 
 def test_held_changes_that_are_current_cost_one_check_for_the_whole_range() -> None:

@@ -124,17 +124,22 @@ KnownChange = tuple[ChangeFields, str]
 #: The caller's copies of changes already read, by change id (relay/server/render.py): a change found here is not
 #: read again, only checked (:func:`read_entries`).
 KnownChanges = Callable[[int], KnownChange | None]
-#: Where ChangeFields holds what a held copy is checked by, and its stored text.
-_POS, _ROW, _TIMESTAMP, _DATA = (
-    StoredEntry._fields.index(name) - 1 for name in ("binlog_pos", "row_index", "timestamp", "data")
+#: Where ChangeFields holds what a held copy is checked by.
+_KIND, _FILE, _POS, _ROW, _TIMESTAMP, _GTID, _DATA = (
+    StoredEntry._fields.index(name) - 1
+    for name in ("kind", "binlog_file", "binlog_pos", "row_index", "timestamp", "gtid", "data")
 )
 
 
 def change_check(fields: ChangeFields) -> str:
-    """What a held copy of a change is checked by: its binlog coordinates, timestamp and stored size, as the store
-    writes them for a range of changes (``_checks_of_range``). Ids are handed out once per store, so these differ
-    from the copy's only where a store restored or recreated under a running reader hands the id out again."""
-    return f"{fields[_POS]},{fields[_ROW]},{fields[_TIMESTAMP]},{len(fields[_DATA])}"
+    """What a held copy of a change is checked by: its binlog coordinates, timestamp, kind, GTID and stored size, as
+    the store writes them for a range of changes (``_checks_of_range``). Ids are handed out once per store, so these
+    differ from the copy's only where a store restored or recreated under a running reader hands the id out again
+    (for another row: a row at the same coordinates of the same source is the same row)."""
+    return (
+        f"{fields[_POS]},{fields[_ROW]},{fields[_TIMESTAMP]},{len(fields[_DATA])},{fields[_KIND]},{fields[_GTID]},"
+        f"{fields[_FILE]}"
+    )
 
 
 def _checks_of_range(where: str) -> str:
@@ -142,16 +147,17 @@ def _checks_of_range(where: str) -> str:
     joined by ';': the check of a few hundred held changes costs one row instead of one each. Only a text equal
     to the held copies' own proves them current; anything else (a change gone, one that differs, an order the
     database did not keep) sends the range to the change-by-change check."""
+    q = connection.ops.quote_name
     if connection.vendor == "postgresql":
         return (
-            f"SELECT string_agg(concat_ws(',', binlog_pos, row_index, {connection.ops.quote_name('timestamp')},"
-            f" octet_length(data)), ';' ORDER BY id) FROM {table(Change)} WHERE {where}"
+            f"SELECT string_agg(concat_ws(',', binlog_pos, row_index, {q('timestamp')}, octet_length(data), kind, gtid,"
+            f" binlog_file), ';' ORDER BY id) FROM {table(Change)} WHERE {where}"
         )
     # SQLite before 3.44 has no ORDER BY in an aggregate: its group_concat follows the ordered subquery.
     return (
-        f"SELECT group_concat(c, ';') FROM (SELECT binlog_pos || ',' || row_index || ',' ||"
-        f" {connection.ops.quote_name('timestamp')} || ',' || length(data) AS c FROM {table(Change)} WHERE {where}"
-        " ORDER BY id)"
+        f"SELECT group_concat(c, ';') FROM (SELECT binlog_pos || ',' || row_index || ',' || {q('timestamp')} || ','"
+        f" || length(data) || ',' || kind || ',' || gtid || ',' || binlog_file AS c FROM {table(Change)}"
+        f" WHERE {where} ORDER BY id)"
     )
 
 
@@ -186,16 +192,20 @@ def _current_copies(cursor: Any, held: dict[int, KnownChange]) -> dict[int, tupl
                 current[change_id] = (fields, len(fields[_DATA]))
             continue
         cursor.execute(
-            f"SELECT id, binlog_pos, row_index, {q('timestamp')}, {size}(data) FROM {table(Change)} WHERE {where}",
+            f"SELECT id, binlog_pos, row_index, {q('timestamp')}, {size}(data), kind, gtid, binlog_file"
+            f" FROM {table(Change)} WHERE {where}",
             params,
         )
-        for change_id, binlog_pos, row_index, timestamp, stored_size in cursor.fetchall():
+        for change_id, binlog_pos, row_index, timestamp, stored_size, kind, gtid, binlog_file in cursor.fetchall():
             fields = held[change_id][0]
             if (
                 fields[_POS] == binlog_pos
                 and fields[_ROW] == row_index
                 and fields[_TIMESTAMP] == timestamp
                 and len(fields[_DATA]) == stored_size
+                and fields[_KIND] == kind
+                and fields[_GTID] == gtid
+                and fields[_FILE] == binlog_file
             ):
                 current[change_id] = (fields, stored_size)
     return current
