@@ -222,10 +222,10 @@ def read_entries(
 
     The entries stop early once their changes' stored text reaches ``byte_budget`` (the first entry always comes).
 
-    ``known``: changes the caller holds already. Those are only checked (their binlog coordinates, timestamp and stored
-    size, a few hundred in one row of text), which is most of the cost of a read saved when many clients queue the
-    same changes; one whose check differs from the copy's (a store restored or recreated under a running server hands
-    out ids again) is read whole, as if unknown.
+    ``known``: changes the caller holds already. Those are only checked (:func:`change_check`: binlog coordinates,
+    timestamp, kind, GTID and stored size; one text per run of the queue, read with the run), which is most of the
+    cost of a read saved when many clients queue the same changes; one whose check differs from the copy's (a store
+    restored or recreated under a running server hands out ids again) is read whole, as if unknown.
     """
     if limit <= 0:
         return []
@@ -236,29 +236,50 @@ def read_entries(
         # Entries are runs (QueueEntry): entry seq + i is change change_id + i. The runs overlapping (after, upper]
         # start within MAX_RUN of it, so the (client, seq) index bounds the scan whatever the queue's length. The
         # runs first, then their changes by id: one query joining on the id range lets the planner pick a plan
-        # that compares every run with every change (seconds per read on a queue of single entries).
+        # that compares every run with every change (seconds per read on a queue of single entries). With held
+        # copies, each run comes with the check of its changes in the read (a subquery bounded by the run's own id
+        # range): a run the reader holds whole is then current without another statement.
+        run_check, params = "", [client_id, after_seq - MAX_RUN, upper, after_seq + 1]
+        if known is not None:
+            greatest, least = ("GREATEST", "LEAST") if connection.vendor == "postgresql" else ("MAX", "MIN")
+            ids_of_run = (
+                f"id >= e.change_id + {greatest}(0, %s - e.seq)"
+                f" AND id < e.change_id + {least}(e.{q('count')}, %s - e.seq)"
+            )
+            run_check = f", ({_checks_of_range(ids_of_run)})"
+            params = [after_seq + 1, upper + 1, *params]
         cursor.execute(
-            f"SELECT seq, change_id, {q('count')} FROM {table(QueueEntry)} WHERE client_id = %s AND seq > %s"
-            f" AND seq <= %s AND seq + {q('count')} > %s ORDER BY seq",
-            [client_id, after_seq - MAX_RUN, upper, after_seq + 1],
+            f"SELECT e.seq, e.change_id, e.{q('count')}{run_check} FROM {table(QueueEntry)} e WHERE e.client_id = %s"
+            f" AND e.seq > %s AND e.seq <= %s AND e.seq + e.{q('count')} > %s ORDER BY e.seq",
+            params,
         )
         seqs: list[int] = []
         change_ids: list[int] = []
-        for seq, change_id, count in cursor.fetchall():
+        # Each change as (entry less its seq, stored size): data is None for a large change not read yet.
+        changes: dict[int, tuple[ChangeFields, int]] = {}
+        #: Held copies still to check one range or one change at a time.
+        held: dict[int, KnownChange] = {}
+        for seq, change_id, count, *checks in cursor.fetchall():
             first = max(seq, after_seq + 1)
             stop = min(seq + count, upper + 1)
             seqs.extend(range(first, stop))
-            change_ids.extend(range(change_id + first - seq, change_id + stop - seq))
+            run = range(change_id + first - seq, change_id + stop - seq)
+            change_ids.extend(run)
+            if known is None:
+                continue
+            copies = [known(change_id) for change_id in run]
+            whole = [copy for copy in copies if copy is not None]
+            if len(whole) == len(copies) and checks[0] == ";".join([copy[1] for copy in whole]):
+                for change_id, (fields, _check) in zip(run, whole, strict=True):
+                    changes[change_id] = (fields, len(fields[_DATA]))
+            else:
+                held.update((change_id, copy) for change_id, copy in zip(run, copies, strict=True) if copy is not None)
         if not seqs:
             return []
-        # Each change as (entry less its seq, stored size): data is None for a large change not read yet.
-        changes: dict[int, tuple[ChangeFields, int]] = {}
-        wanted = sorted(set(change_ids))
-        if known is not None:
-            held = {change_id: copy for change_id in wanted if (copy := known(change_id)) is not None}
-            if held:
-                changes = _current_copies(cursor, held)
-                wanted = [change_id for change_id in wanted if change_id not in changes]
+        if held:
+            unsure = {change_id: held[change_id] for change_id in sorted(held) if change_id not in changes}
+            changes.update(_current_copies(cursor, unsure))
+        wanted = sorted(set(change_ids).difference(changes))
         for where, params, _chunk in _id_ranges(wanted):
             cursor.execute(
                 f"SELECT kind, schema_name, table_name, binlog_file, binlog_pos, row_index, {q('timestamp')},"
