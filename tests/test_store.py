@@ -293,8 +293,10 @@ def test_read_entries_matches_the_runs_for_every_window() -> None:
         held = {change_id: (everything[change_id], store.change_check(everything[change_id])) for change_id in holding}
         for after in range(len(pairs) + 1):
             for limit in (1, 2, 3, 5, 100):
-                read = store.read_entries(session.client_id, after, limit, known=held.get)
-                assert read == store.read_entries(session.client_id, after, limit), (holding, after, limit)
+                alone = store.read_entries(session.client_id, after, limit)
+                for check_runs in (True, False):  # the runs read with their checks, or the copies checked after
+                    read = store.read_entries(session.client_id, after, limit, known=held.get, check_runs=check_runs)
+                    assert read == alone, (holding, after, limit, check_runs)
 
 
 def test_changes_the_reader_holds_are_checked_not_read_and_read_whole_when_they_differ() -> None:
@@ -351,6 +353,11 @@ def test_held_changes_that_are_current_are_checked_with_the_read_of_their_runs()
         again = store.read_entries(session.client_id, 0, 100, known=held.get)
     assert again == first and all(a.data is b.data for a, b in zip(again, first, strict=True))
     assert len(queries) == 1, [query["sql"] for query in queries]  # the runs, each with the check of its changes
+    # A reader expecting to hold nothing reads the runs alone; what it does hold is then checked in one statement.
+    with CaptureQueriesContext(connection) as queries:
+        again = store.read_entries(session.client_id, 0, 100, known=held.get, check_runs=False)
+    assert again == first and all(a.data is b.data for a, b in zip(again, first, strict=True))
+    assert len(queries) == 2, [query["sql"] for query in queries]
     # A held change gone from the store (ids handed out again by a restored store may not reach it) is not served.
     Change.objects.filter(id=first[5].change_id).delete()
     after = store.read_entries(session.client_id, 0, 100, known=held.get)

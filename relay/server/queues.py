@@ -123,6 +123,16 @@ def _refill(
     ]
 
 
+class FetchRead(NamedTuple):
+    """A FETCH batch read from the store: the bounds, the entries sent, the whole reply frame, and whether the
+    server held the batch's changes already (what the session's next read expects)."""
+
+    bounds: Bounds
+    entries: list[StoredEntry]
+    frame: bytes
+    held: bool
+
+
 def _fetch(
     client_id: int,
     token: int,
@@ -132,22 +142,25 @@ def _fetch(
     cursor: int | None,
     max_events: int,
     byte_budget: int,
-) -> tuple[Bounds, list[StoredEntry], bytes]:
+    expect_held: bool,
+) -> FetchRead:
     """``cursor``: the manual-ack cursor of the session, or None for auto-ack (read after the head).
 
     Returns the bounds, the entries sent and the whole FETCH reply frame, rendered here, off the event loop, from
     ``records``, shared by every session of the server: a change read and rendered for one session is only checked
-    in the store for the others.
+    in the store for the others. ``expect_held``: whether the session's last read found its changes held (most
+    likely so again: a session reading behind others, or one reading first).
     """
     bounds = _sync(client_id, token, pending)
     if ack_upto and store.ack_session(client_id, token, ack_upto) is not None:
         bounds = _sync(client_id, token, None)
     start = bounds.acked_seq if cursor is None else max(cursor, bounds.acked_seq)
     if bounds.last_seq <= start:
-        return bounds, [], b""
-    entries = store.read_entries(client_id, start, max_events, known=records.known)
+        return FetchRead(bounds, [], b"", expect_held)
+    entries = store.read_entries(client_id, start, max_events, known=records.known, check_runs=expect_held)
+    held = bool(entries) and records.known(entries[-1].change_id) is not None  # before the frame keeps them
     frame, count = render.fetch_frame(records, entries, byte_budget, max(bounds.last_seq, bounds.acked_seq))
-    return bounds, entries[:count], frame
+    return FetchRead(bounds, entries[:count], frame, held)
 
 
 def _ack(client_id: int, token: int, pending: Pending | None, seq: int) -> tuple[Bounds, int, int]:
@@ -195,9 +208,12 @@ class SessionQueue:
     _writing: asyncio.Task[None] | None = None
     #: FETCH read-ahead: the next auto-ack batch, read while the client takes in the current one, and the
     #: (max_events, byte_budget) it was read for. Only a FETCH asking the same serves it; anything else drops it.
-    _next: asyncio.Task[tuple[Bounds, list[StoredEntry], bytes] | None] | None = None
+    _next: asyncio.Task[FetchRead | None] | None = None
     _next_for: tuple[int, int] = (0, 0)
     _next_wanted: tuple[int, int] | None = None
+    #: Whether the last FETCH read found its changes held by the server (``FetchRead.held``); a session starts as
+    #: if not (a wrong guess costs one more statement, the other way a check of every run in the store).
+    _held: bool = False
 
     # -- pending writes -------------------------------------------------------------------------------------------
 
@@ -311,24 +327,24 @@ class SessionQueue:
                 if item[1] is None:
                     self._ahead_markers += 1
 
-    async def _read_next(self, max_events: int, byte_budget: int) -> tuple[Bounds, list[StoredEntry], bytes] | None:
+    async def _read_next(self, max_events: int, byte_budget: int) -> FetchRead | None:
         """The FETCH read-ahead (writing what is pending first, as every store call does); None if it failed."""
         try:
-            return await self._store_call(_fetch, self.records, 0, None, max_events, byte_budget)
+            return await self._store_call(_fetch, self.records, 0, None, max_events, byte_budget, self._held)
         except StaleSession:
             return None  # the session is marked stale: its next request gets 0xFB
         except (DatabaseError, RuntimeError) as exc:  # RuntimeError: store threads shut down
             log.info("client %d: FETCH read-ahead failed (%s); the next FETCH reads again", self.client_id, exc)
             return None
 
-    async def _take_next(self) -> tuple[Bounds, list[StoredEntry], bytes] | None:
+    async def _take_next(self) -> FetchRead | None:
         """Waits for the FETCH read-ahead and removes it; its bounds are applied, its entries are the caller's."""
         task, self._next = self._next, None
         if task is None:
             return None
         result = await asyncio.shield(task)
         if result is not None:
-            self._apply(result[0])
+            self._apply(result.bounds)
         return result
 
     async def settle(self) -> None:
@@ -426,13 +442,13 @@ class SessionQueue:
             # An empty read-ahead is read again: a long-poll must see the commits since, and it takes the notifier's
             # generation before this call.
             # (Or the store's head moved past it meanwhile: read again too.)
-            if not same or result is None or not result[1] or result[1][0].seq <= self.acked:
+            if not same or result is None or not result.entries or result.entries[0].seq <= self.acked:
                 result = None
         if result is None:
             cursor = self.delivered if manual_ack else None
-            result = await self._call(_fetch, self.records, ack_upto, cursor, max_events, byte_budget)
-            self._apply(result[0])
-        _, entries, frame = result
+            result = await self._call(_fetch, self.records, ack_upto, cursor, max_events, byte_budget, self._held)
+            self._apply(result.bounds)
+        entries, frame, self._held = result.entries, result.frame, result.held
         if not entries:
             return None
         top = entries[-1].seq

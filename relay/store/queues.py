@@ -217,6 +217,7 @@ def read_entries(
     limit: int,
     byte_budget: int = READ_BYTE_BUDGET,
     known: KnownChanges | None = None,
+    check_runs: bool = True,
 ) -> list[StoredEntry]:
     """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: indexed queries only.
 
@@ -225,7 +226,9 @@ def read_entries(
     ``known``: changes the caller holds already. Those are only checked (:func:`change_check`: binlog coordinates,
     timestamp, kind, GTID and stored size; one text per run of the queue, read with the run), which is most of the
     cost of a read saved when many clients queue the same changes; one whose check differs from the copy's (a store
-    restored or recreated under a running server hands out ids again) is read whole, as if unknown.
+    restored or recreated under a running server hands out ids again) is read whole, as if unknown. ``check_runs``
+    False: the reader expects to hold none of them (it is the first to read these changes), so the runs come without
+    their checks, which would cost the store more than the read; the copies it does hold are checked afterwards.
     """
     if limit <= 0:
         return []
@@ -240,7 +243,7 @@ def read_entries(
         # copies, each run comes with the check of its changes in the read (a subquery bounded by the run's own id
         # range): a run the reader holds whole is then current without another statement.
         run_check, params = "", [client_id, after_seq - MAX_RUN, upper, after_seq + 1]
-        if known is not None:
+        if known is not None and check_runs:
             greatest, least = ("GREATEST", "LEAST") if connection.vendor == "postgresql" else ("MAX", "MIN")
             ids_of_run = (
                 f"id >= e.change_id + {greatest}(0, %s - e.seq)"
@@ -265,7 +268,7 @@ def read_entries(
             seqs.extend(range(first, stop))
             run = range(change_id + first - seq, change_id + stop - seq)
             change_ids.extend(run)
-            if known is None:
+            if not checks or known is None:  # read without checks
                 continue
             copies = [known(change_id) for change_id in run]
             whole = [copy for copy in copies if copy is not None]
@@ -276,6 +279,8 @@ def read_entries(
                 held.update((change_id, copy) for change_id, copy in zip(run, copies, strict=True) if copy is not None)
         if not seqs:
             return []
+        if known is not None and not run_check:
+            held = {change_id: copy for change_id in set(change_ids) if (copy := known(change_id)) is not None}
         if held:
             unsure = {change_id: held[change_id] for change_id in sorted(held) if change_id not in changes}
             changes.update(_current_copies(cursor, unsure))
