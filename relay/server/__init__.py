@@ -8,8 +8,9 @@ queue, rendered in the store threads and topped up with the session's write-behi
 within the callback that brought it: no task, no store call, a few microseconds of Python. Long-polling FETCHes
 wait on :mod:`.wakeup` (PostgreSQL LISTEN/NOTIFY, or a 10 ms poll of the waiting clients' queues on SQLite). The
 History column is written in batches (:mod:`.history`). A FETCH record is rendered once per change and shared by
-the sessions (:class:`.render.RenderCache`, by change id): a session reading a change the server holds only checks it
-in the store (its binlog coordinates and stored size) instead of reading it. SNAPSHOT requests go through the
+the sessions (:class:`.render.RenderCache`, by change id): a session reading changes the server holds only checks them
+in the store (binlog coordinates, timestamp, kind, GTID and stored size, one text per run of its queue, read with the
+run) instead of reading them. SNAPSHOT requests go through the
 store's snapshot API (:mod:`.snapshots`); a snapshot's rows and markers are rendered by :mod:`.render` and passed over
 by POLL sessions (:mod:`.queues`).
 
