@@ -416,6 +416,38 @@ def test_auth_of_a_known_name_restarts_its_session_announced_and_in_one_statemen
     assert not Client.objects.get(id=second.client_id).connected
 
 
+def test_a_fetch_asks_for_the_runs_checks_after_reading_held_changes_in_long_runs() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from relay.server import queues, render
+
+    ids = make_changes(40)
+    sessions = {name: store.open_session(name) for name in ("first", "behind", "single")}
+    for name, session in sessions.items():
+        runs = [(1, 40, ids[0])] if name != "single" else [(n + 1, 1, ids[n]) for n in range(40)]
+        for seq, count, change_id in runs:
+            QueueEntry.objects.create(client_id=session.client_id, seq=seq, count=count, change_id=change_id)
+        QueueState.objects.filter(client_id=session.client_id).update(last_seq=40)
+    records = render.RenderCache()
+
+    def read(name: str, expect_held: bool) -> tuple[queues.FetchRead, int]:
+        session = sessions[name]
+        with CaptureQueriesContext(connection) as queries:
+            result = queues._fetch(session.client_id, session.token, None, records, 0, None, 100, 1 << 24, expect_held)
+        return result, len(queries)
+
+    first, _ = read("first", False)
+    assert [entry.binlog_pos for entry in first.entries] == list(range(40)) and not first.held  # nothing held yet
+    behind, statements = read("behind", True)  # held, one run: checked with the read of its run
+    assert behind.entries == first.entries and behind.held and statements == 2  # the bounds, the run with its check
+    # Held, but 40 runs of one entry: the next read checks the copies after reading the runs, not a run at a time.
+    single, _ = read("single", True)
+    assert [entry.binlog_pos for entry in single.entries] == list(range(40)) and not single.held
+    again, statements = read("single", False)
+    assert again.entries == single.entries and statements == 3  # the bounds, the runs, one check of the 40 copies
+
+
 def test_garbage_collection_works_off_a_backlog_in_time_slices() -> None:
     session = store.open_session("slices")
     enqueue(session.client_id, rows(30))

@@ -123,9 +123,15 @@ def _refill(
     ]
 
 
+#: Entries per run, on average, from which a read asks for its runs' checks (each a subquery; fewer, longer runs:
+#: one check statement after the read costs more; 500 single entries: the subqueries cost about twice the read).
+ENTRIES_PER_CHECKED_RUN = 8
+
+
 class FetchRead(NamedTuple):
     """A FETCH batch read from the store: the bounds, the entries sent, the whole reply frame, and whether the
-    server held the batch's changes already (what the session's next read expects)."""
+    server held the batch's changes already, in long runs (what the worker writes for a broad subscription). The
+    session's next read expects the same: it then asks for its runs' checks."""
 
     bounds: Bounds
     entries: list[StoredEntry]
@@ -148,8 +154,10 @@ def _fetch(
 
     Returns the bounds, the entries sent and the whole FETCH reply frame, rendered here, off the event loop, from
     ``records``, shared by every session of the server: a change read and rendered for one session is only checked
-    in the store for the others. ``expect_held``: whether the session's last read found its changes held (most
-    likely so again: a session reading behind others, or one reading first).
+    in the store for the others. ``expect_held``: whether the session's last read found its changes held, in long
+    runs (most likely so again: a session reading behind others, or one reading first). The runs' checks are asked
+    for only then: a run's check is a subquery of its own, which pays for itself over a run of many changes, not
+    over single entries.
     """
     bounds = _sync(client_id, token, pending)
     if ack_upto and store.ack_session(client_id, token, ack_upto) is not None:
@@ -157,8 +165,13 @@ def _fetch(
     start = bounds.acked_seq if cursor is None else max(cursor, bounds.acked_seq)
     if bounds.last_seq <= start:
         return FetchRead(bounds, [], b"", expect_held)
-    entries = store.read_entries(client_id, start, max_events, known=records.known, check_runs=expect_held)
-    held = bool(entries) and records.known(entries[-1].change_id) is not None  # before the frame keeps them
+    shape = store.ReadShape()
+    entries = store.read_entries(client_id, start, max_events, known=records.known, check_runs=expect_held, shape=shape)
+    held = (
+        bool(entries)
+        and shape.runs <= max(1, len(entries) // ENTRIES_PER_CHECKED_RUN)
+        and records.known(entries[-1].change_id) is not None  # before the frame below keeps them
+    )
     frame, count = render.fetch_frame(records, entries, byte_budget, max(bounds.last_seq, bounds.acked_seq))
     return FetchRead(bounds, entries[:count], frame, held)
 
@@ -211,8 +224,9 @@ class SessionQueue:
     _next: asyncio.Task[FetchRead | None] | None = None
     _next_for: tuple[int, int] = (0, 0)
     _next_wanted: tuple[int, int] | None = None
-    #: Whether the last FETCH read found its changes held by the server (``FetchRead.held``); a session starts as
-    #: if not (a wrong guess costs one more statement, the other way a check of every run in the store).
+    #: Whether the last FETCH read found its changes held by the server, in long runs (``FetchRead.held``); a
+    #: session starts as if not (a wrong guess costs one more statement, the other way a check of every run in the
+    #: store).
     _held: bool = False
 
     # -- pending writes -------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import datetime
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
@@ -211,6 +212,13 @@ def _current_copies(cursor: Any, held: dict[int, KnownChange]) -> dict[int, tupl
     return current
 
 
+@dataclass(slots=True)
+class ReadShape:
+    """What a read of a queue went through, for its reader's next read: the runs (QueueEntry rows) it covered."""
+
+    runs: int = 0
+
+
 def read_entries(
     client_id: int,
     after_seq: int,
@@ -218,6 +226,7 @@ def read_entries(
     byte_budget: int = READ_BYTE_BUDGET,
     known: KnownChanges | None = None,
     check_runs: bool = True,
+    shape: ReadShape | None = None,
 ) -> list[StoredEntry]:
     """Up to ``limit`` entries with seq > ``after_seq``, oldest first, each with its change: indexed queries only.
 
@@ -227,8 +236,9 @@ def read_entries(
     timestamp, kind, GTID and stored size; one text per run of the queue, read with the run), which is most of the
     cost of a read saved when many clients queue the same changes; one whose check differs from the copy's (a store
     restored or recreated under a running server hands out ids again) is read whole, as if unknown. ``check_runs``
-    False: the reader expects to hold none of them (it is the first to read these changes), so the runs come without
-    their checks, which would cost the store more than the read; the copies it does hold are checked afterwards.
+    False: the reader expects to hold none of them (it is the first to read these changes), or the runs to be short
+    (a run's check is a subquery of its own), so the runs come without their checks; the copies it does hold are
+    checked afterwards, a range of ids at a time. ``shape``, if given, is filled in.
     """
     if limit <= 0:
         return []
@@ -262,7 +272,10 @@ def read_entries(
         changes: dict[int, tuple[ChangeFields, int]] = {}
         #: Held copies still to check one range or one change at a time.
         held: dict[int, KnownChange] = {}
-        for seq, change_id, count, *checks in cursor.fetchall():
+        runs = cursor.fetchall()
+        if shape is not None:
+            shape.runs = len(runs)
+        for seq, change_id, count, *checks in runs:
             first = max(seq, after_seq + 1)
             stop = min(seq + count, upper + 1)
             seqs.extend(range(first, stop))
