@@ -24,7 +24,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from binlog.constants import KIND_DELETE, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START
 from clientproto import RecordFlags, RecordType, Result, encode_columns, encode_poll, encode_pollv2
@@ -32,7 +32,7 @@ from clientproto.extensions import FETCH_REPLY_HEAD
 from clientproto.header import encode_summed_reply, payload_sum
 from clientproto.records import RECORD_HEAD, RECORD_TAIL_FIXED
 from clientproto.wire import EMPTY_LSTRING, U32, lstring, name_lstring, text_lstring
-from relay.store import ChangeFields, KnownChange, StoredEntry, change_check
+from relay.store import KnownChange, StoredEntry, change_check
 from relay.store.rowcodec import record_columns, wire_columns
 
 #: The relay's own kinds: (EventType on the wire, RecordFlags of the FETCH record). Every other kind is a row change
@@ -313,8 +313,8 @@ class RenderCache:
         self._lock = threading.Lock()
 
     def known(self, change_id: int) -> KnownChange | None:
-        """The change kept for ``change_id`` (an entry less its Seq) and its check: ``store.read_entries`` then checks
-        the change instead of reading it."""
+        """The change kept for ``change_id`` (an entry less its Seq) and its check, then its record:
+        ``store.read_entries`` checks the change instead of reading it."""
         generation = self._new
         kept = generation.get(change_id)
         if kept is None:
@@ -322,39 +322,36 @@ class RenderCache:
             kept = generation.get(change_id)
             if kept is None:
                 return None
-        fields, check = kept[0]
-        if check is None:
+        if kept[1] is None:
             # Made on the change's first check rather than when it is kept: a change that one client only reads
             # (the others filter it out, or there are no others) never costs one.
-            change = (fields, change_check(fields))
+            checked = (kept[0], change_check(kept[0]), kept[2], kept[3])
             with self._lock:
                 if generation.get(change_id) is kept:
-                    generation[change_id] = (change, kept[1], kept[2])
-            return change
-        return fields, check
+                    generation[change_id] = checked
+            return checked
+        return kept
 
     def record(self, entry: StoredEntry) -> tuple[bytes, int]:
         """The record of ``entry`` after RecordSize and Seq (:func:`fetch_tail`), and its byte sum."""
         key = entry.change_id
         fields = entry[1:]
         kept = self._new.get(key)
-        if kept is not None and kept[0][0] == fields:
-            return kept[1], kept[2]
+        if kept is not None and kept[0] == fields:
+            return kept[2], kept[3]
         kept = self._old.get(key)
-        if kept is not None and kept[0][0] == fields:
-            change, tail, tail_sum = kept
+        if kept is not None and kept[0] == fields:
+            check, tail, tail_sum = kept[1], kept[2], kept[3]
         else:
-            change = None
+            check = None
             tail = fetch_tail(entry)
             tail_sum = payload_sum(tail)
         size = len(tail) + len(entry.data)
         if key and self.size > 0 and size <= CACHE_MAX_RECORD:
-            if change is None:
-                change = (fields, None)
             with self._lock:
                 if len(self._new) >= self._half or self._new_bytes + size > self._half_bytes:
                     self._old, self._new, self._new_bytes = self._new, {}, 0
-                self._new[key] = (change, tail, tail_sum)
+                self._new[key] = (fields, check, tail, tail_sum)
                 self._new_bytes += size
         return tail, tail_sum
 
@@ -362,10 +359,11 @@ class RenderCache:
         return len(self._new) + len(self._old)
 
 
-#: A record kept: the entry it was rendered from less its Seq with its check (``store.change_check``; None until the
-#: change is first checked), the record, its byte sum. Plain tuples of strings and numbers only, which the cyclic
-#: collector stops tracking (a StoredEntry, a tuple subclass, it would walk for ever).
-_Kept = tuple[tuple[ChangeFields, str | None], bytes, int]
+#: A record kept: the entry it was rendered from less its Seq, its check (``store.change_check``; None until the change
+#: is first checked), the record, its byte sum. Flat, so that a hit returns it as it is (the store reads the first
+#: two items). Plain tuples of strings and numbers only, which the cyclic collector stops tracking (a StoredEntry, a
+#: tuple subclass, it would walk for ever).
+_Kept = tuple[Any, ...]
 
 
 def fetch_frame(

@@ -120,8 +120,9 @@ _ID_CHUNK = 500
 
 #: A change as a reader keeps it: a StoredEntry less its seq (``entry[1:]``), a plain tuple.
 ChangeFields = tuple[Any, ...]
-#: A change a reader holds, with its check text (:func:`change_check`), which the reader keeps with it.
-KnownChange = tuple[ChangeFields, str]
+#: A change a reader holds: its fields and its check text (:func:`change_check`), which the reader keeps with it,
+#: then whatever else the reader keeps (the relay server: its record).
+KnownChange = tuple[ChangeFields, str, *tuple[Any, ...]]
 #: The caller's copies of changes already read, by change id (relay/server/render.py): a change found here is not
 #: read again, only checked (:func:`read_entries`).
 KnownChanges = Callable[[int], KnownChange | None]
@@ -286,8 +287,8 @@ def read_entries(
             copies = [known(change_id) for change_id in run]
             whole = [copy for copy in copies if copy is not None]
             if len(whole) == len(copies) and checks[0] == ";".join([copy[1] for copy in whole]):
-                for change_id, (fields, _check) in zip(run, whole, strict=True):
-                    changes[change_id] = (fields, len(fields[_DATA]))
+                for change_id, current in zip(run, whole, strict=True):
+                    changes[change_id] = (current[0], len(current[0][_DATA]))
             else:
                 held.update((change_id, copy) for change_id, copy in zip(run, copies, strict=True) if copy is not None)
         if not seqs:
