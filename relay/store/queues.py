@@ -144,22 +144,28 @@ def change_check(fields: ChangeFields) -> str:
     )
 
 
+def _check_expression() -> str:
+    """The SQL expression of a stored change's check: the text :func:`change_check` makes of a held copy."""
+    q = connection.ops.quote_name
+    if connection.vendor == "postgresql":
+        return f"concat_ws(',', binlog_pos, row_index, {q('timestamp')}, octet_length(data), kind, gtid, binlog_file)"
+    return (
+        f"binlog_pos || ',' || row_index || ',' || {q('timestamp')} || ',' || length(data) || ',' || kind || ','"
+        " || gtid || ',' || binlog_file"
+    )
+
+
 def _checks_of_range(where: str) -> str:
     """One statement giving the checks (:func:`change_check`) of the changes matching ``where``, in id order,
     joined by ';': the check of a few hundred held changes costs one row instead of one each. Only a text equal
     to the held copies' own proves them current; anything else (a change gone, one that differs, an order the
     database did not keep) sends the range to the change-by-change check."""
-    q = connection.ops.quote_name
     if connection.vendor == "postgresql":
-        return (
-            f"SELECT string_agg(concat_ws(',', binlog_pos, row_index, {q('timestamp')}, octet_length(data), kind, gtid,"
-            f" binlog_file), ';' ORDER BY id) FROM {table(Change)} WHERE {where}"
-        )
+        return f"SELECT string_agg({_check_expression()}, ';' ORDER BY id) FROM {table(Change)} WHERE {where}"
     # SQLite before 3.44 has no ORDER BY in an aggregate: its group_concat follows the ordered subquery.
     return (
-        f"SELECT group_concat(c, ';') FROM (SELECT binlog_pos || ',' || row_index || ',' || {q('timestamp')} || ','"
-        f" || length(data) || ',' || kind || ',' || gtid || ',' || binlog_file AS c FROM {table(Change)}"
-        f" WHERE {where} ORDER BY id)"
+        f"SELECT group_concat(c, ';') FROM (SELECT {_check_expression()} AS c FROM {table(Change)} WHERE {where}"
+        " ORDER BY id)"
     )
 
 
@@ -182,34 +188,18 @@ def _stored_size() -> str:
 
 def _current_copies(cursor: Any, held: dict[int, KnownChange]) -> dict[int, tuple[ChangeFields, int]]:
     """Of the held copies (ascending ids), those the store holds as they are, each with its stored size: a range
-    whose checks match as a whole is current at once; otherwise its changes are compared one by one."""
-    size = _stored_size()
-    q = connection.ops.quote_name
+    whose checks match as a whole is current at once; otherwise its changes' checks are compared one by one."""
     current: dict[int, tuple[ChangeFields, int]] = {}
     for where, params, chunk in _id_ranges(list(held)):
         cursor.execute(_checks_of_range(where), params)
         if cursor.fetchone()[0] == ";".join([held[change_id][1] for change_id in chunk]):
-            for change_id in chunk:
-                fields = held[change_id][0]
-                current[change_id] = (fields, len(fields[_DATA]))
-            continue
-        cursor.execute(
-            f"SELECT id, binlog_pos, row_index, {q('timestamp')}, {size}(data), kind, gtid, binlog_file"
-            f" FROM {table(Change)} WHERE {where}",
-            params,
-        )
-        for change_id, binlog_pos, row_index, timestamp, stored_size, kind, gtid, binlog_file in cursor.fetchall():
+            matching = chunk
+        else:
+            cursor.execute(f"SELECT id, {_check_expression()} FROM {table(Change)} WHERE {where}", params)
+            matching = [change_id for change_id, check in cursor.fetchall() if check == held[change_id][1]]
+        for change_id in matching:
             fields = held[change_id][0]
-            if (
-                fields[_POS] == binlog_pos
-                and fields[_ROW] == row_index
-                and fields[_TIMESTAMP] == timestamp
-                and len(fields[_DATA]) == stored_size
-                and fields[_KIND] == kind
-                and fields[_GTID] == gtid
-                and fields[_FILE] == binlog_file
-            ):
-                current[change_id] = (fields, stored_size)
+            current[change_id] = (fields, len(fields[_DATA]))
     return current
 
 
