@@ -283,12 +283,13 @@ def read_entries(
                 held.update((change_id, copy) for change_id, copy in zip(run, copies, strict=True) if copy is not None)
         if not seqs:
             return []
+        distinct = set(change_ids)
         if known is not None and not run_check:
-            held = {change_id: copy for change_id in set(change_ids) if (copy := known(change_id)) is not None}
+            held = {change_id: copy for change_id in distinct if (copy := known(change_id)) is not None}
         if held:
             unsure = {change_id: held[change_id] for change_id in sorted(held) if change_id not in changes}
             changes.update(_current_copies(cursor, unsure))
-        wanted = sorted(set(change_ids).difference(changes))
+        wanted = sorted(distinct.difference(changes))
         for where, params, _chunk in _id_ranges(wanted):
             cursor.execute(
                 f"SELECT kind, schema_name, table_name, binlog_file, binlog_pos, row_index, {q('timestamp')},"
