@@ -136,6 +136,7 @@ from .records import (
     decode_record,
     encode_columns,
     encode_event,
+    encode_images,
     encode_record,
 )
 from .wire import lstring
@@ -237,6 +238,7 @@ __all__ = [
     "encode_event",
     "encode_fetch",
     "encode_fetch_reply",
+    "encode_images",
     "encode_poll",
     "encode_pollv2",
     "encode_record",

@@ -33,7 +33,7 @@ import base64
 import enum
 import json
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -253,38 +253,96 @@ def encode_columns(columns: Iterable[tuple[str, InValue, InValue]]) -> bytes:
     Text is encoded as strict UTF-8 (UnicodeEncodeError otherwise). A server may keep these bytes with the change
     and serve them as they are (relay/store/rowcodec.py does), instead of encoding every column of every record again.
     """
+    names: list[str] = []
+    before: list[InValue] = []
+    after: list[InValue] = []
+    for name, before_value, after_value in columns:
+        names.append(name)
+        before.append(before_value)
+        after.append(after_value)
+    return encode_images(names, before, after)
+
+
+class _Layout:
+    """The bytes of a table layout's columns that every row repeats, made once per layout: each column's Name, and
+    Name with Flags for each way a column of a one-image change (INSERT or DELETE) can be written."""
+
+    __slots__ = ("names", "sides")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = tuple(name_lstring(name) for name in names)
+        # For an image given alone (the other one absent): (value present, NULL, absent) heads per column.
+        self.sides = {
+            side: tuple(
+                tuple(name + _FLAG[flags] for name in self.names) for flags in (other, other | null, other | absent)
+            )
+            for side, other, null, absent in (
+                ("after", _BEFORE_ABSENT, _AFTER_NULL, _AFTER_ABSENT),
+                ("before", _AFTER_ABSENT, _BEFORE_NULL, _BEFORE_ABSENT),
+            )
+        }
+
+
+_layouts: dict[tuple[str, ...], _Layout] = {}
+
+
+def _layout(names: Sequence[str]) -> _Layout:
+    key = names if type(names) is tuple else tuple(names)
+    layout = _layouts.get(key)
+    if layout is None:
+        if len(_layouts) >= 10_000:  # bounded: a source with ever-new layouts must not grow this forever
+            _layouts.clear()
+        layout = _layouts[key] = _Layout(key)
+    return layout
+
+
+def encode_images(names: Sequence[str], before: Sequence[InValue] | None, after: Sequence[InValue] | None) -> bytes:
+    """What :func:`encode_columns` gives for the columns ``zip(names, before, after)``, where an image that is None
+    is absent throughout (an INSERT's before, a DELETE's after).
+
+    The worker encodes every stored row change this way: the names' bytes come from a cache per table layout, and
+    a change with one image takes a loop without flag arithmetic (about half the cost of the general loop).
+    """
+    layout = _layout(names)
     parts: list[bytes | bytearray] = [b""]  # ColumnCount, once known
-    append = parts.append
-    count = 0
-    for name, before, after in columns:
-        count += 1
-        flags = 0
-        if before is None:
-            flags = _BEFORE_NULL
-            before_bytes = None
-        elif before is ABSENT:
-            flags = _BEFORE_ABSENT
-            before_bytes = None
-        else:
-            before_bytes = before.encode("utf-8") if isinstance(before, str) else before
-        if after is None:
-            flags |= _AFTER_NULL
-            after_bytes = None
-        elif after is ABSENT:
-            flags |= _AFTER_ABSENT
-            after_bytes = None
-        else:
-            after_bytes = after.encode("utf-8") if isinstance(after, str) else after
-        append(name_lstring(name))
-        append(_FLAG[flags])
-        if before_bytes is not None:
-            append(_pack_u32(len(before_bytes) + 1))
-            append(before_bytes)
-            append(NUL)
-        if after_bytes is not None:
-            append(_pack_u32(len(after_bytes) + 1))
-            append(after_bytes)
-            append(NUL)
+    if before is None or after is None:
+        image = after if before is None else before
+        heads = layout.sides["after" if before is None else "before"]
+        for present, null, absent, value in zip(*heads, image or (), strict=False):
+            if type(value) is str:
+                data = value.encode("utf-8")
+                parts += (present, _pack_u32(len(data) + 1), data, NUL)
+            elif value is None:
+                parts.append(null)
+            elif value is ABSENT:
+                parts.append(absent)
+            else:  # bytes, or text of a str subclass
+                data = value.encode("utf-8") if isinstance(value, str) else value
+                parts += (present, _pack_u32(len(data) + 1), data, NUL)
+        count = min(len(layout.names), len(image)) if image is not None else 0
+    else:
+        count = min(len(layout.names), len(before), len(after))
+        for name, before_value, after_value in zip(layout.names, before, after, strict=False):
+            before_data: bytes | bytearray | None = None
+            after_data: bytes | bytearray | None = None
+            if before_value is None:
+                flags = _BEFORE_NULL
+            elif before_value is ABSENT:
+                flags = _BEFORE_ABSENT
+            else:
+                flags = 0
+                before_data = before_value.encode("utf-8") if isinstance(before_value, str) else before_value
+            if after_value is None:
+                flags |= _AFTER_NULL
+            elif after_value is ABSENT:
+                flags |= _AFTER_ABSENT
+            else:
+                after_data = after_value.encode("utf-8") if isinstance(after_value, str) else after_value
+            parts += (name, _FLAG[flags])
+            if before_data is not None:
+                parts += (_pack_u32(len(before_data) + 1), before_data, NUL)
+            if after_data is not None:
+                parts += (_pack_u32(len(after_data) + 1), after_data, NUL)
     parts[0] = _pack_u32(count)
     return b"".join(parts)
 

@@ -411,6 +411,44 @@ def test_record_flags_follow_the_columns_only_when_set() -> None:
     assert cp.encode_event(events[1]) == flagged and cp.encode_event(events[0]) == plain
 
 
+class _Text(str):
+    """A str subclass, as a framework's safe-string type is: still text to the encoder."""
+
+
+def _on_the_wire(value: object) -> object:
+    """A value as decode_columns gives it back: text as its UTF-8 bytes, any binary value as bytes."""
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value) if isinstance(value, bytearray) else value
+
+
+def test_one_image_columns_encode_as_the_general_loop_does() -> None:
+    """An INSERT's or DELETE's columns (the other image None) take a loop of their own, with heads cached per
+    layout: it must give the bytes of the general loop with the absent image spelled out, for every kind of value."""
+    rng = random.Random(18)
+    values = ["", "x", "Zoë 中文 😀", "tab\tnul\x00", _Text("sub"), b"", b"\x00\xff", bytearray(b"ba"), None, ABSENT]
+    for _ in range(400):
+        width = rng.randrange(0, 9)
+        names = tuple(rng.choice(["id", "naïve", "a", "b", f"c{width}"]) for _ in range(width))
+        image = [rng.choice(values) for _ in range(rng.randrange(0, width + 2))]  # shorter or longer than names
+        absent = [ABSENT] * len(image)
+        insert = cp.encode_images(names, None, image)
+        delete = cp.encode_images(list(names), image, None)  # a list of names shares the tuple's layout
+        assert insert == cp.encode_images(names, absent, image)
+        assert delete == cp.encode_images(names, image, absent)
+        expected = [Column(name, ABSENT, _on_the_wire(value)) for name, value in zip(names, image, strict=False)]
+        assert cp.decode_columns(insert) == expected
+        assert cp.decode_columns(delete) == [Column(c.name, c.after, c.before) for c in expected]
+        assert cp.encode_columns(zip(names, image, image, strict=False)) == cp.encode_images(names, image, image)
+    assert cp.encode_images(("a",), None, None) == struct.pack("<I", 0)
+
+
+def test_layout_heads_are_bounded() -> None:
+    for n in range(10_050):
+        cp.encode_images((f"column{n}",), None, ["v"])
+    assert 0 < len(records_module._layouts) <= 10_000
+
+
 def test_snapshot_rows_and_markers_decode() -> None:
     records = [
         marker_record(30, cp.RecordType.SNAPSHOT_START),

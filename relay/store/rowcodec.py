@@ -23,11 +23,10 @@ import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 from binlog.changes import NOT_PRESENT
-from clientproto import ABSENT, decode_columns, encode_columns
+from clientproto import ABSENT, decode_columns, encode_images
 from clientproto.records import InValue
 
 Value = str | bytes | None
@@ -69,8 +68,12 @@ def encode(columns: Sequence[str], before: Sequence[Any] | None, after: Sequence
         return encode_json(columns, before, after)
 
 
+_PLAIN_TYPES = frozenset({str, type(None)})
+
+
 def _plain(values: Sequence[Any]) -> bool:
-    return all(value is None or type(value) is str for value in values)
+    """Only text and NULLs (checked by type, in C: this runs for every image the worker stores)."""
+    return _PLAIN_TYPES.issuperset(map(type, values))
 
 
 def _wire_image(values: Sequence[Any], side: str, binary: list[str]) -> list[Any]:
@@ -96,13 +99,7 @@ def _encode_record_form(columns: Sequence[str], before: Sequence[Any] | None, af
         before = _wire_image(before, "b", binary)
     if after is not None and not _plain(after):
         after = _wire_image(after, "a", binary)
-    if before is None:
-        triples = zip(columns, repeat(ABSENT), after or ())
-    elif after is None:
-        triples = zip(columns, before, repeat(ABSENT))
-    else:
-        triples = zip(columns, before, after, strict=False)
-    text = RECORD_FORM + binascii.b2a_base64(encode_columns(triples), newline=False).decode("ascii")
+    text = RECORD_FORM + binascii.b2a_base64(encode_images(columns, before, after), newline=False).decode("ascii")
     return f"{text}:{','.join(binary)}" if binary else text
 
 
