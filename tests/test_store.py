@@ -453,14 +453,40 @@ def test_garbage_collection_works_off_a_backlog_in_time_slices() -> None:
     enqueue(session.client_id, rows(30))
     Consumer(session).fetch(30)
     assert store.collect_garbage(batch_size=5, max_seconds=-1) == (0, 0)  # no time left: nothing started
+    assert store.collect_garbage(batch_size=5, max_seconds=0) == (0, 0)
     total = (0, 0)
-    # A slice this short may start no batch at all on a busy machine: slices until done, within a generous bound.
-    deadline = time.monotonic() + 30
-    while total != (30, 30) and time.monotonic() < deadline:
-        step = store.collect_garbage(batch_size=5, max_seconds=0.001)
+    for _ in range(100):  # a generous bound: 6 batches of changes, the entries in as many or fewer
+        step = store.collect_garbage(batch_size=5, max_seconds=60)
         total = (total[0] + step[0], total[1] + step[1])
+        if total == (30, 30) or step == (0, 0):
+            break
     assert total == (30, 30)
     assert not Change.objects.exists()
+
+
+def test_garbage_collection_frees_both_kinds_when_a_batch_outlasts_the_slice() -> None:
+    """Every statement outlasts a slice of a nanosecond, as one does on a slow store or with many clients: each call
+    still deletes a batch of every client's consumed entries and a batch of changes, so that neither the changes nor
+    the clients late in the list starve."""
+    sessions = [store.open_session(f"starved-{n}") for n in range(3)]
+    for session in sessions:
+        enqueue(session.client_id, rows(10))  # an entry per change: 10 entries and 10 changes per client
+        Consumer(session).fetch(10)
+
+    def entries_left() -> list[int]:
+        return [QueueEntry.objects.filter(client_id=session.client_id).count() for session in sessions]
+
+    assert entries_left() == [10, 10, 10]
+    calls = 0
+    while Change.objects.exists() or QueueEntry.objects.exists():
+        entries_before, changes_before = entries_left(), Change.objects.count()
+        deleted = store.collect_garbage(batch_size=4, max_seconds=1e-9)
+        calls += 1
+        entries_after = entries_left()
+        assert all(after < before for before, after in zip(entries_before, entries_after, strict=True) if before)
+        assert Change.objects.count() < changes_before or not changes_before
+        assert deleted == (sum(entries_before) - sum(entries_after), changes_before - Change.objects.count())
+        assert calls <= 8  # 30 changes by 4 a call; each client's 10 entries by 4 a call meanwhile
 
 
 def test_a_read_of_large_changes_stops_at_its_byte_budget() -> None:

@@ -31,16 +31,24 @@ def collect_garbage(batch_size: int = 10_000, max_seconds: float | None = None) 
     Returns (entries deleted, changes deleted). Safe while the worker appends: a change is deleted only when its id
     is below every remaining entry's change and not above the largest id this statement saw committed.
     ``max_seconds`` stops starting new batches after that long, so that a large backlog is worked off in slices
-    that leave the store to the worker in between.
+    that leave the store to the worker in between. A call that starts with time left works one batch of each client's
+    entries and one batch of changes at least: where one batch outlasts the slice (a slow store, many clients), every
+    call still frees something of each kind, instead of the first clients' entries taking every slice and the changes
+    never being reached. A call with no time left (``max_seconds`` <= 0) does nothing.
     """
-    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    started = time.monotonic()
+    if max_seconds is not None and max_seconds <= 0:
+        return 0, 0
+    deadline = None if max_seconds is None else started + max_seconds
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
 
     entries_deleted = 0
     for client_id, acked in Client.objects.values_list("id", "acked_seq"):
-        while not out_of_time():
+        first = True
+        while first or not out_of_time():
+            first = False
             ids = list(
                 QueueEntry.objects.filter(client_id=client_id, seq__lte=acked)
                 .annotate(end=F("seq") + F("count") - 1)
@@ -51,7 +59,9 @@ def collect_garbage(batch_size: int = 10_000, max_seconds: float | None = None) 
                 break
             entries_deleted += QueueEntry.objects.filter(id__in=ids).delete()[0]
     changes_deleted = 0
-    while not out_of_time():
+    first = True
+    while first or not out_of_time():
+        first = False
         with transaction.atomic():
             # The newest committed change first: a batch the worker commits after this read has higher ids, so
             # its changes stay whatever the head scan below sees.
