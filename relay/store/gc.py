@@ -36,10 +36,9 @@ def collect_garbage(batch_size: int = 10_000, max_seconds: float | None = None) 
     call still frees something of each kind, instead of the first clients' entries taking every slice and the changes
     never being reached. A call with no time left (``max_seconds`` <= 0) does nothing.
     """
-    started = time.monotonic()
     if max_seconds is not None and max_seconds <= 0:
         return 0, 0
-    deadline = None if max_seconds is None else started + max_seconds
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
