@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -335,6 +336,7 @@ def main() -> None:
             )
     finally:
         server.destroy()
+        shutil.rmtree(BYTECODE, ignore_errors=True)
 
 
 if __name__ == "__main__":
