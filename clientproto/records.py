@@ -267,20 +267,18 @@ class _Layout:
     """The bytes of a table layout's columns that every row repeats, made once per layout: each column's Name, and
     Name with Flags for each way a column of a one-image change (INSERT or DELETE) can be written."""
 
-    __slots__ = ("names", "sides")
+    __slots__ = ("after_alone", "before_alone", "names")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = tuple(name_lstring(name) for name in names)
-        # For an image given alone (the other one absent): (value present, NULL, absent) heads per column.
-        self.sides = {
-            side: tuple(
-                tuple(name + _FLAG[flags] for name in self.names) for flags in (other, other | null, other | absent)
-            )
-            for side, other, null, absent in (
-                ("after", _BEFORE_ABSENT, _AFTER_NULL, _AFTER_ABSENT),
-                ("before", _AFTER_ABSENT, _BEFORE_NULL, _BEFORE_ABSENT),
-            )
-        }
+        self.after_alone = self._heads(_BEFORE_ABSENT, _AFTER_NULL, _AFTER_ABSENT)
+        self.before_alone = self._heads(_AFTER_ABSENT, _BEFORE_NULL, _BEFORE_ABSENT)
+
+    def _heads(self, other: int, null: int, absent: int) -> tuple[tuple[bytes, ...], ...]:
+        """For an image given alone (``other``: the flag of the absent image), each column's Name and Flags when its
+        value is present, NULL, absent."""
+        cases = (other, other | null, other | absent)
+        return tuple(tuple(name + _FLAG[flags] for name in self.names) for flags in cases)
 
 
 _layouts: dict[tuple[str, ...], _Layout] = {}
@@ -307,7 +305,7 @@ def encode_images(names: Sequence[str], before: Sequence[InValue] | None, after:
     parts: list[bytes | bytearray] = [b""]  # ColumnCount, once known
     if before is None or after is None:
         image = after if before is None else before
-        heads = layout.sides["after" if before is None else "before"]
+        heads = layout.after_alone if before is None else layout.before_alone
         for present, null, absent, value in zip(*heads, image or (), strict=False):
             if type(value) is str:
                 data = value.encode("utf-8")
