@@ -1,5 +1,7 @@
 """Bulk writes: COPY text on PostgreSQL (escaping, generated line formatters) and executemany on SQLite."""
 
+from datetime import UTC, datetime
+
 import pytest
 
 from relay.models import Change
@@ -52,3 +54,42 @@ def test_upserts_many_rows_in_pages() -> None:
     bulk.upsert_rows(f"INSERT INTO {table} (source, event_type, count) VALUES", rows[:3], conflict=conflict)
     stored = dict(EventCount.objects.values_list("event_type", "count"))
     assert stored == {event_type: event_type * (2 if event_type <= 3 else 1) for event_type in range(1, 251)}
+
+
+def test_statements_are_sent_together_and_run_in_order() -> None:
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from relay.models import EventCount, WorkerStatus
+
+    WorkerStatus.objects.create(source="src", rows=5, state=WorkerStatus.State.STARTING)
+    moment = datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
+    writes = bulk.Statements()
+    first = bulk.allocate_ids(Change._meta.db_table, 2)
+    rows = [
+        (first, "s", AWKWARD, 1, "f", 4, 0, 1, "", "100%s %% done"),
+        (first + 1, "s", "t", 2, "f", 5, 0, 1, "", "{}"),
+    ]
+    bulk.insert_rows(Change._meta.db_table, COLUMNS, rows, kinds="issisiiiss", writes=writes)
+    writes.update_row(
+        WorkerStatus,
+        {"source": "src"},
+        {"rows": bulk.Added(3), "heartbeat": moment, "state": WorkerStatus.State.CONNECTED, "lag_seconds": None},
+    )
+    writes.update(EventCount.objects.filter(source="nobody"), count=1)
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        writes.send()
+    assert len(writes) == 0
+    if connection.vendor == "postgresql":  # the few rows went with the other writes: one round trip for all
+        assert len(queries) == 1, [query["sql"] for query in queries]
+    status = WorkerStatus.objects.get(source="src")
+    assert (status.rows, status.heartbeat, status.state, status.lag_seconds) == (8, moment, "connected", None)
+    assert list(Change.objects.order_by("id").values_list(*COLUMNS)) == rows  # a literal % in data arrives as is
+
+
+def test_many_rows_are_copied_at_once_whatever_the_batch_writes() -> None:
+    writes = bulk.Statements()
+    first = bulk.allocate_ids(Change._meta.db_table, bulk.FEW_ROWS + 1)
+    rows = [(first + n, "s", "t", 1, "f", n, 0, 1, "", "{}") for n in range(bulk.FEW_ROWS + 1)]
+    bulk.insert_rows(Change._meta.db_table, COLUMNS, rows, kinds="issisiiiss", writes=writes)
+    assert len(writes) == 0 and Change.objects.count() == bulk.FEW_ROWS + 1

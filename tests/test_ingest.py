@@ -217,3 +217,30 @@ def test_routing_a_run_at_a_time_is_routing_each_change() -> None:
             state = QueueState.objects.get(client_id=client_id)
             assert [state.last_seq, state.discarded, state.max_queue] == model_state[client_id], client_id
         assert dict(Filter.objects.values_list("id", "discarded")) == model_discards
+
+
+def test_a_small_batch_is_three_statements_on_postgresql_and_sets_the_checkpoint() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from relay.models import Checkpoint
+
+    clients = [store.open_session(name).client_id for name in ("one", "two")]
+    for client_id in clients:
+        store.add_filter(client_id, 7, "*", "*")
+    WorkerStatus.objects.get_or_create(source="src")
+    ingestor = Ingestor("src")
+    for ids in (range(1, 11), range(11, 21)):
+        with CaptureQueriesContext(connection) as queries, transaction.atomic():
+            ingestor.apply(batch(ids), status={"source_file": "binlog.000001", "source_pos": 200 + ids[-1]})
+        statements = [query["sql"] for query in queries if query["sql"] not in ("BEGIN", "COMMIT")]
+        if connection.vendor == "postgresql" and ids[0] > 1:  # the first batch loads the filters first
+            # The filter version with the queues; the ids; the rest together (changes, entries, states, usage,
+            # event counts, status, checkpoint, NOTIFY).
+            assert len(statements) == 3, statements
+        checkpoint = Checkpoint.objects.get(source="src")  # made by the first batch, moved by the second
+        assert (checkpoint.binlog_file, checkpoint.binlog_pos) == ("binlog.000001", 200 + ids[-1])
+    status = WorkerStatus.objects.get(source="src")
+    assert (status.rows, status.transactions, status.source_pos) == (20, 2, 220)
+    for client_id in clients:
+        assert ids_in_queue(client_id) == [str(i) for i in range(1, 21)]

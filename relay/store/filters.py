@@ -69,10 +69,15 @@ def remove_filter(client_id: int, event_mask: int, schema_name: str, table_name:
     return deleted > 0
 
 
+def filter_version_sql() -> str:
+    """The query of the current filter version (no row: version 0), for a statement that reads more with it."""
+    return f"SELECT version FROM {table(FilterVersion)} WHERE id = 1"
+
+
 def filter_version() -> int:
     """The current filter version: read by the worker inside each batch's transaction."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT version FROM {table(FilterVersion)} WHERE id = 1")
+        cursor.execute(filter_version_sql())
         row = cursor.fetchone()
     return 0 if row is None else int(row[0])
 

@@ -1,13 +1,16 @@
-"""Fast multi-row writes for the worker: COPY on PostgreSQL, executemany on SQLite, and id allocation."""
+"""Fast multi-row writes for the worker: COPY on PostgreSQL, executemany on SQLite, id allocation, and the batch's
+small writes sent in one round trip."""
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
+from django.db.models import Field, Model, QuerySet
+from django.db.models.sql import UpdateQuery
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
@@ -39,27 +42,48 @@ def _line_formatter(kinds: str) -> Callable[[Sequence[Any]], str]:
     return eval(f'lambda r, e=_escape: f"{fields}\\n"', {"_escape": _escape})
 
 
-def insert_rows(table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *, kinds: str | None = None) -> None:
+#: Rows up to which ``insert_rows`` given the batch's ``Statements`` adds one INSERT to them on PostgreSQL instead of
+#: running a COPY of its own: a COPY is two round trips, cheaper per row only when the rows are many.
+FEW_ROWS = 50
+
+
+def insert_rows(
+    table: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    kinds: str | None = None,
+    writes: Statements | None = None,
+) -> None:
     """Inserts many rows into ``table`` in the current transaction.
 
     ``kinds`` (one letter per column: ``i`` int, ``s`` str, none of them NULL) lets PostgreSQL's COPY text be built
-    without per-field type checks: the worker's hot path.
+    without per-field type checks: the worker's hot path. ``writes``: the batch's small writes, which take the rows
+    when they are few (``FEW_ROWS``) on PostgreSQL; they are then written when ``writes`` is sent.
     """
     if not rows:
         return
     quoted = ", ".join(connection.ops.quote_name(column) for column in columns)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            buffer = io.StringIO()
-            if kinds is not None:
-                buffer.writelines(map(_line_formatter(kinds), rows))
-            else:
-                buffer.writelines("\t".join(map(_copy_field, row)) + "\n" for row in rows)
-            buffer.seek(0)
-            cursor.cursor.copy_expert(f"COPY {connection.ops.quote_name(table)} ({quoted}) FROM STDIN", buffer)
+    name = connection.ops.quote_name(table)
+    if connection.vendor != "postgresql":
+        marks = ", ".join("%s" for _ in columns)
+        with connection.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {name} ({quoted}) VALUES ({marks})", rows)
+    elif writes is not None and len(rows) <= FEW_ROWS:
+        marks = "(" + ", ".join("%s" for _ in columns) + ")"
+        writes.add(
+            f"INSERT INTO {name} ({quoted}) VALUES {', '.join(marks for _ in rows)}",
+            [value for row in rows for value in row],
+        )
+    else:
+        buffer = io.StringIO()
+        if kinds is not None:
+            buffer.writelines(map(_line_formatter(kinds), rows))
         else:
-            marks = ", ".join("%s" for _ in columns)
-            cursor.executemany(f"INSERT INTO {connection.ops.quote_name(table)} ({quoted}) VALUES ({marks})", rows)
+            buffer.writelines("\t".join(map(_copy_field, row)) + "\n" for row in rows)
+        buffer.seek(0)
+        with connection.cursor() as cursor:
+            cursor.cursor.copy_expert(f"COPY {name} ({quoted}) FROM STDIN", buffer)
 
 
 #: How often allocate_ids asks again when concurrent writers interleaved with its reservation.
@@ -115,18 +139,97 @@ def allocate_ids(table: str, count: int) -> int:
         return top + 1
 
 
-def upsert_rows(sql: str, rows: Sequence[Sequence[Any]], *, conflict: str, page: int = 100) -> None:
+def upsert_statements(
+    sql: str, rows: Sequence[Sequence[Any]], *, conflict: str, page: int = 100
+) -> list[tuple[str, list[Any]]]:
     """``sql`` (``INSERT INTO t (a, b) VALUES``) with many rows in one statement per ``page`` rows, then ``conflict``
     (an ``ON CONFLICT`` clause): one round trip where executemany makes one per row. No two rows may share the
     conflict key (PostgreSQL refuses to update a row twice in one statement)."""
     if not rows:
-        return
+        return []
     width = len(rows[0])
     marks = "(" + ", ".join("%s" for _ in range(width)) + ")"
-    with connection.cursor() as cursor:
-        for offset in range(0, len(rows), page):
-            chunk = rows[offset : offset + page]
-            cursor.execute(
-                f"{sql} {', '.join(marks for _ in chunk)} {conflict}",
-                [value for row in chunk for value in row],
-            )
+    statements = []
+    for offset in range(0, len(rows), page):
+        chunk = rows[offset : offset + page]
+        statements.append(
+            (f"{sql} {', '.join(marks for _ in chunk)} {conflict}", [value for row in chunk for value in row])
+        )
+    return statements
+
+
+def upsert_rows(sql: str, rows: Sequence[Sequence[Any]], *, conflict: str, page: int = 100) -> None:
+    """Runs ``upsert_statements`` now."""
+    statements = Statements()
+    statements.extend(upsert_statements(sql, rows, conflict=conflict, page=page))
+    statements.send()
+
+
+class Added(int):
+    """In ``Statements.update_row``: a number added to the column's value (``column = column + n``)."""
+
+
+class Statements:
+    """Writes whose results nobody reads, gathered while a batch is built and sent together at its end.
+
+    On PostgreSQL they go as one string of statements joined by ``;``, which the server runs in order in the
+    caller's transaction: one round trip instead of one each (the fixed cost of a small batch is mostly round trips).
+    On SQLite, in process, there is nothing to save, and its driver runs one statement per call: one call each.
+    Every statement is in the driver's parameter style (``%s``, a literal ``%`` written ``%%``), since their
+    parameters are bound together.
+    """
+
+    def __init__(self) -> None:
+        self._statements: list[tuple[str, Sequence[Any]]] = []
+
+    def __len__(self) -> int:
+        return len(self._statements)
+
+    def add(self, sql: str, params: Sequence[Any]) -> None:
+        self._statements.append((sql, params))
+
+    def extend(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        self._statements.extend(statements)
+
+    def update_row(self, model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+        """``model.objects.filter(**where).update(**values)`` for plain values (each converted as its field converts
+        it) and ``Added`` numbers, written directly: compiling the ORM's query costs more than sending it here."""
+        quote = connection.ops.quote_name
+        assignments, conditions, params = [], [], []
+        for name, value in values.items():
+            field = cast(Field, model._meta.get_field(name))
+            column = quote(cast(str, field.column))
+            if isinstance(value, Added):
+                assignments.append(f"{column} = {column} + %s")
+                params.append(int(value))
+            else:
+                assignments.append(f"{column} = %s")
+                params.append(field.get_db_prep_save(value, connection))
+        for name, value in where.items():
+            field = cast(Field, model._meta.get_field(name))
+            conditions.append(f"{quote(cast(str, field.column))} = %s")
+            params.append(field.get_db_prep_save(value, connection))
+        self.add(
+            f"UPDATE {quote(model._meta.db_table)} SET {', '.join(assignments)} WHERE {' AND '.join(conditions)}",
+            params,
+        )
+
+    def update(self, queryset: QuerySet[Any], **values: Any) -> None:
+        """``queryset.update(**values)``, compiled by Django (any filter, any expression) and sent later."""
+        query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
+        query.add_update_values(values)
+        sql, params = query.get_compiler(queryset.db).as_sql()
+        self.add(sql, params)
+
+    def send(self) -> None:
+        statements, self._statements = self._statements, []
+        if not statements:
+            return
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    ";\n".join(sql for sql, _ in statements), [value for _, params in statements for value in params]
+                )
+            else:
+                for sql, params in statements:
+                    cursor.execute(sql, params)

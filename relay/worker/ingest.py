@@ -41,7 +41,7 @@ from relay.models import (
 )
 from relay.store import rowcodec
 from relay.store.channels import QUEUE_CHANNEL
-from relay.store.filters import filter_version
+from relay.store.filters import filter_version, filter_version_sql
 from relay.store.schemahistory import StoreHistory
 from relay.store.sql import table
 from relay.worker import bulk
@@ -146,12 +146,10 @@ class Ingestor:
 
         ``refresh_filters=False`` keeps the filters of the previous call: the later parts of a transaction that
         comes in parts are routed like its first part. ``status``: more WorkerStatus fields (the worker's state and
-        position), written by the batch's one status update.
+        position; a ``bulk.Added`` number adds to its field), written by the batch's one status update.
         """
-        if refresh_filters and self.refresh_filters():
-            log.info("filters changed: %d filters loaded (version %s)", len(self.index), self.filter_version)
         changes = [change for tx in transactions for change in tx.changes]
-        queues = self._queues_for(changes)
+        queues = self._queues_for(changes, refresh_filters)
         stored: list[int] = []  # indexes into ``changes`` of the changes some queue keeps
         by_filter: Counter[int] = Counter()  # entries dropped, by the filter whose limit and policy dropped them
         usage = UsageTally()
@@ -199,31 +197,38 @@ class Ingestor:
                     stored.extend(range(start, start + kept))
             start = stop
 
-        queued = self._write_queues(changes, queues, stored)
+        # The batch's small writes go together at its end (one round trip on PostgreSQL): its latency is mostly
+        # round trips when the batch is small.
+        writes = bulk.Statements()
+        queued = self._write_queues(changes, queues, stored, writes)
         discarded = sum(queue.discarded for queue in queues.values())
         if by_filter:
             moment = timezone.now()
             for filter_id, count in by_filter.items():
-                Filter.objects.filter(id=filter_id).update(discarded=F("discarded") + count, last_discard=moment)
-        usage.write()
+                writes.update_row(Filter, {"id": filter_id}, {"discarded": bulk.Added(count), "last_discard": moment})
+        usage.write(writes)
         self._record_layouts(changes)
-        self._count_events(transactions)
+        self._count_events(transactions, writes)
         rows = sum(len(tx.changes) for tx in transactions if _from_source(tx))
-        WorkerStatus.objects.filter(source=self.source).update(
-            rows=F("rows") + rows,
-            rows_since_start=F("rows_since_start") + rows,
-            transactions=F("transactions") + sum(1 for tx in transactions if _from_source(tx)),
-            heartbeat=timezone.now(),
-            **(status or {}),
+        writes.update_row(
+            WorkerStatus,
+            {"source": self.source},
+            {
+                "rows": bulk.Added(rows),
+                "rows_since_start": bulk.Added(rows),
+                "transactions": bulk.Added(sum(1 for tx in transactions if _from_source(tx))),
+                "heartbeat": timezone.now(),
+                **(status or {}),
+            },
         )
         if checkpoint and transactions:
             end = transactions[-1].position
-            write_checkpoint(self.source, end)
+            writes.add(*checkpoint_upsert(self.source, end))
             if self.history is not None:
                 StoreHistory(self.source).save(self.history.take_pending(upto=end))
-        if queued and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:  # delivered at commit: wakes long-polling relay servers
-                cursor.execute("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
+        if queued and connection.vendor == "postgresql":  # delivered at commit: wakes long-polling relay servers
+            writes.add("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
+        writes.send()
         return BatchResult(len(transactions), rows, len(stored), queued, discarded)
 
     # -- queues ---------------------------------------------------------------------------------------------------
@@ -268,26 +273,55 @@ class Ingestor:
         cover the table (the snapshot's rows then go nowhere, as the table's changes do)."""
         return tuple(sub for sub in self.index.match(schema, table, KIND_INSERT) if sub.client_id == client_id)
 
-    def _queues_for(self, changes: Sequence[object]) -> dict[int, _Queue]:
+    def _queues_for(self, changes: Sequence[object], refresh_filters: bool) -> dict[int, _Queue]:
+        """Every client's queue as the batch starts, after refreshing the filters if ``refresh_filters``.
+
+        While filters are loaded, the version check rides in the read of the queues (one statement). When it finds
+        the filters changed, they are reloaded and the queues read again after them: a client the new filters name
+        then has its queue in the read.
+        """
         if not changes or not len(self.index):
-            return {}
-        # Every client's acked seq and queue state in one query.
+            if refresh_filters:
+                self._log_refresh(self.refresh_filters())
+            if not changes or not len(self.index):
+                return {}
+            return self._read_queues()[1]
+        version, queues = self._read_queues()
+        if refresh_filters and version != self.filter_version:
+            self._log_refresh(self.refresh_filters())
+            if not len(self.index):
+                return {}
+            _, queues = self._read_queues()
+        return queues
+
+    def _log_refresh(self, changed: bool) -> None:
+        if changed:
+            log.info("filters changed: %d filters loaded (version %s)", len(self.index), self.filter_version)
+
+    @staticmethod
+    def _read_queues() -> tuple[int, dict[int, _Queue]]:
+        """(the filter version, every client's queue) in one statement."""
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT c.id, c.acked_seq, q.last_seq, q.max_queue FROM {table(Client)} c"
-                f" LEFT JOIN {table(QueueState)} q ON q.client_id = c.id ORDER BY c.id"
+                f"SELECT ({filter_version_sql()}), c.id, c.acked_seq, q.last_seq, q.max_queue FROM (SELECT 1) AS one"
+                f" LEFT JOIN {table(Client)} c ON 1 = 1 LEFT JOIN {table(QueueState)} q ON q.client_id = c.id"
+                " ORDER BY c.id"
             )
             rows = cursor.fetchall()
         queues: dict[int, _Queue] = {}
-        for client_id, acked_seq, last_seq, max_queue in rows:
+        for _version, client_id, acked_seq, last_seq, max_queue in rows:
+            if client_id is None:  # no client: the one row the version came in
+                continue
             if last_seq is None:  # no state yet (a client made before states were, or by hand)
                 # Ignoring a conflict: an AUTH committing the client's state meanwhile must not stop the worker.
                 QueueState.objects.bulk_create([QueueState(client_id=client_id)], ignore_conflicts=True)
                 last_seq = max_queue = 0
             queues[client_id] = _Queue(acked=acked_seq, last=max(last_seq, acked_seq), max_queue=max_queue)
-        return queues
+        return int(rows[0][0] or 0), queues
 
-    def _write_queues(self, changes: Sequence, queues: dict[int, _Queue], stored: list[int]) -> int:
+    def _write_queues(
+        self, changes: Sequence, queues: dict[int, _Queue], stored: list[int], writes: bulk.Statements
+    ) -> int:
         # An entry the unqueue-oldest policy dropped within this same batch is never written, nor is a change that
         # only such entries pointed at.
         trimmed = [queue.drop_consumed() for queue in queues.values()]
@@ -322,7 +356,7 @@ class Ingestor:
                         rowcodec.encode(change.columns, change.before, change.after),
                     )
                 )
-            insert_change_rows(rows)
+            insert_change_rows(rows, writes)
         if any(trimmed):
             # Some stored changes were dropped: change ids are no longer the stored index plus ``first``.
             change_id = {index: first + offset for offset, index in enumerate(live)}
@@ -345,17 +379,22 @@ class Ingestor:
                 for seq, index, count in queue.runs
             ]
         bulk.insert_rows(
-            QueueEntry._meta.db_table, ("client_id", "seq", "count", "change_id"), entry_rows, kinds="iiii"
+            QueueEntry._meta.db_table,
+            ("client_id", "seq", "count", "change_id"),
+            entry_rows,
+            kinds="iiii",
+            writes=writes,
         )
         states = [
             (client_id, queue.last, queue.discarded, queue.max_queue)
             for client_id, queue in queues.items()
             if queue.runs or queue.discarded
         ]
-        write_queue_states(states)
+        writes.extend(queue_state_updates(states))
         for client_id, queue in queues.items():
             if queue.discarded:
-                Client.objects.filter(id=client_id).update(
+                writes.update(
+                    Client.objects.filter(id=client_id),
                     acked_seq=Greatest(F("acked_seq"), Value(queue.acked)),
                     delivered_seq=Greatest(F("delivered_seq"), Value(queue.acked)),
                 )
@@ -363,17 +402,19 @@ class Ingestor:
 
     # -- statistics and schema ------------------------------------------------------------------------------------
 
-    def _count_events(self, transactions: Sequence[Transaction]) -> None:
+    def _count_events(self, transactions: Sequence[Transaction], writes: bulk.Statements) -> None:
         counts: Counter[int] = Counter()
         for tx in transactions:
             counts.update(tx.event_counts)
         if not counts:
             return
         events = table(EventCount)
-        bulk.upsert_rows(
-            f"INSERT INTO {events} (source, event_type, count) VALUES",
-            [(self.source, event_type, count) for event_type, count in sorted(counts.items())],
-            conflict=f"ON CONFLICT (source, event_type) DO UPDATE SET count = {events}.count + excluded.count",
+        writes.extend(
+            bulk.upsert_statements(
+                f"INSERT INTO {events} (source, event_type, count) VALUES",
+                [(self.source, event_type, count) for event_type, count in sorted(counts.items())],
+                conflict=f"ON CONFLICT (source, event_type) DO UPDATE SET count = {events}.count + excluded.count",
+            )
         )
 
     def _record_layouts(self, changes: Sequence) -> None:
@@ -418,39 +459,58 @@ CHANGE_COLUMNS = (
 )
 
 
-def insert_change_rows(rows: Sequence[tuple]) -> None:
-    """Writes change rows given in CHANGE_COLUMNS order (ids allocated with bulk.allocate_ids)."""
-    bulk.insert_rows(Change._meta.db_table, CHANGE_COLUMNS, rows, kinds="issisiiiss")
+def insert_change_rows(rows: Sequence[tuple], writes: bulk.Statements | None = None) -> None:
+    """Writes change rows given in CHANGE_COLUMNS order (ids allocated with bulk.allocate_ids); a few of them with
+    ``writes``, if given (``bulk.insert_rows``)."""
+    bulk.insert_rows(Change._meta.db_table, CHANGE_COLUMNS, rows, kinds="issisiiiss", writes=writes)
 
 
-def write_queue_states(states: Sequence[tuple[int, int, int, int]]) -> None:
-    """(client, last seq, newly discarded, max queue) into each client's QueueState: one statement for them all."""
+def queue_state_updates(states: Sequence[tuple[int, int, int, int]]) -> list[tuple[str, list[int]]]:
+    """(client, last seq, newly discarded, max queue) into each client's QueueState: on PostgreSQL one statement for
+    them all; on SQLite, in process, one per client."""
     if not states:
-        return
+        return []
     queue_states = table(QueueState)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            values = ", ".join("(%s, %s, %s, %s)" for _ in states)
-            cursor.execute(
+    if connection.vendor == "postgresql":
+        values = ", ".join("(%s, %s, %s, %s)" for _ in states)
+        return [
+            (
                 f"UPDATE {queue_states} AS q SET last_seq = v.last_seq, discarded = q.discarded + v.discarded,"
                 f" max_queue = v.max_queue FROM (VALUES {values}) AS v(client_id, last_seq, discarded, max_queue)"
                 " WHERE q.client_id = v.client_id",
                 [value for state in sorted(states) for value in state],
             )
-        else:  # in process: no round trips to save
-            cursor.executemany(
-                f"UPDATE {queue_states} SET last_seq = %s, discarded = discarded + %s, max_queue = %s"
-                " WHERE client_id = %s",
-                [(last, discarded, max_queue, client_id) for client_id, last, discarded, max_queue in states],
-            )
+        ]
+    return [
+        (
+            f"UPDATE {queue_states} SET last_seq = %s, discarded = discarded + %s, max_queue = %s WHERE client_id = %s",
+            [last, discarded, max_queue, client_id],
+        )
+        for client_id, last, discarded, max_queue in states
+    ]
+
+
+def checkpoint_upsert(source: str, position: Position) -> tuple[str, list[Any]]:
+    """The statement that sets the source's checkpoint, in the caller's transaction, whether or not its row exists."""
+    checkpoints = table(Checkpoint)
+    return (
+        f"INSERT INTO {checkpoints} (source, binlog_file, binlog_pos, gtid, updated) VALUES (%s, %s, %s, %s, %s)"
+        " ON CONFLICT (source) DO UPDATE SET binlog_file = excluded.binlog_file,"
+        " binlog_pos = excluded.binlog_pos, gtid = excluded.gtid, updated = excluded.updated",
+        [
+            source,
+            position.file,
+            position.pos,
+            position.gtid,
+            connection.ops.adapt_datetimefield_value(timezone.now()),
+        ],
+    )
 
 
 def write_checkpoint(source: str, position: Position) -> None:
-    """The source's checkpoint, in the caller's transaction: a plain UPDATE once the row exists (every batch but a
-    source's first), so no SELECT."""
-    fields = {"binlog_file": position.file, "binlog_pos": position.pos, "gtid": position.gtid}
-    if not Checkpoint.objects.filter(source=source).update(updated=timezone.now(), **fields):
-        Checkpoint.objects.update_or_create(source=source, defaults=fields)
+    """The source's checkpoint, now, in the caller's transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute(*checkpoint_upsert(source, position))
 
 
 def entry_runs(client_id: int, entries: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:

@@ -32,7 +32,6 @@ from typing import Any
 
 import pymysql
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from binlog import BinlogError, Position, PurgedPositionError, SourceSettings, Transaction
@@ -44,7 +43,7 @@ from relay.config import RelayConfig
 from relay.models import Checkpoint, WorkerStatus
 from relay.startup import first_line
 from relay.store.schemahistory import open_history
-from relay.worker import usage
+from relay.worker import bulk, usage
 from relay.worker.changelog import ChangeLog
 from relay.worker.handoff import Empty, RowBoundedHandoff
 from relay.worker.ingest import Ingestor, write_checkpoint
@@ -560,7 +559,7 @@ class Worker:
             problems = len(self._schema_problems)
             progress["last_schema_problem"] = self._schema_problems[problems - 1]
             progress["last_schema_problem_at"] = timezone.now()
-            progress["schema_problems"] = F("schema_problems") + problems
+            progress["schema_problems"] = bulk.Added(problems)
             # Counted once the batch's transaction commits; a batch that rolls back leaves them for the next one.
             transaction.on_commit(lambda: self._drop_problems(problems))
         return {

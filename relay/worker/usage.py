@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from binlog.constants import KIND_ORDER
 from relay.models import TableUsage, UsageMinute
 from relay.store.sql import table
-from relay.worker.bulk import upsert_rows
+from relay.worker.bulk import Statements, upsert_statements
 
 BUCKET_RETENTION_MINUTES = 2 * 24 * 60
 KIND_COLUMN = {kind: index for index, kind in enumerate(KIND_ORDER)}  # the index of each kind's counter
@@ -47,30 +47,35 @@ class UsageTally:
     def __bool__(self) -> bool:
         return bool(self.tables)
 
-    def write(self) -> None:
+    def write(self, statements: Statements) -> None:
+        """Adds the tally's upserts to the batch's ``statements``."""
         if not self.tables:
             return
         usage = table(TableUsage)
         minute = table(UsageMinute)
-        # One statement each (not one per row): a batch's apply is a few round trips, whatever it touched.
-        upsert_rows(
-            f"INSERT INTO {usage} (schema_name, table_name, inserts, updates, deletes, start_inserts,"
-            " start_updates, start_deletes, last_change) VALUES",
-            [(s, t, i, u, d, i, u, d, last) for (s, t), (i, u, d, last) in sorted(self.tables.items())],
-            conflict=" ON CONFLICT (schema_name, table_name) DO UPDATE SET"
-            f" inserts = {usage}.inserts + excluded.inserts, updates = {usage}.updates + excluded.updates,"
-            f" deletes = {usage}.deletes + excluded.deletes,"
-            f" start_inserts = {usage}.start_inserts + excluded.start_inserts,"
-            f" start_updates = {usage}.start_updates + excluded.start_updates,"
-            f" start_deletes = {usage}.start_deletes + excluded.start_deletes,"
-            " last_change = excluded.last_change",
+        # One statement each (not one per row), sent with the batch's other small writes.
+        statements.extend(
+            upsert_statements(
+                f"INSERT INTO {usage} (schema_name, table_name, inserts, updates, deletes, start_inserts,"
+                " start_updates, start_deletes, last_change) VALUES",
+                [(s, t, i, u, d, i, u, d, last) for (s, t), (i, u, d, last) in sorted(self.tables.items())],
+                conflict=" ON CONFLICT (schema_name, table_name) DO UPDATE SET"
+                f" inserts = {usage}.inserts + excluded.inserts, updates = {usage}.updates + excluded.updates,"
+                f" deletes = {usage}.deletes + excluded.deletes,"
+                f" start_inserts = {usage}.start_inserts + excluded.start_inserts,"
+                f" start_updates = {usage}.start_updates + excluded.start_updates,"
+                f" start_deletes = {usage}.start_deletes + excluded.start_deletes,"
+                " last_change = excluded.last_change",
+            )
         )
-        upsert_rows(
-            f"INSERT INTO {minute} (schema_name, table_name, minute, inserts, updates, deletes) VALUES",
-            [(s, t, m, i, u, d) for (s, t, m), (i, u, d) in sorted(self.minutes.items())],
-            conflict=" ON CONFLICT (schema_name, table_name, minute) DO UPDATE SET"
-            f" inserts = {minute}.inserts + excluded.inserts, updates = {minute}.updates + excluded.updates,"
-            f" deletes = {minute}.deletes + excluded.deletes",
+        statements.extend(
+            upsert_statements(
+                f"INSERT INTO {minute} (schema_name, table_name, minute, inserts, updates, deletes) VALUES",
+                [(s, t, m, i, u, d) for (s, t, m), (i, u, d) in sorted(self.minutes.items())],
+                conflict=" ON CONFLICT (schema_name, table_name, minute) DO UPDATE SET"
+                f" inserts = {minute}.inserts + excluded.inserts, updates = {minute}.updates + excluded.updates,"
+                f" deletes = {minute}.deletes + excluded.deletes",
+            )
         )
 
 
