@@ -26,20 +26,24 @@ def test_rows_round_trip_with_awkward_text(kinds: str | None) -> None:
     assert bulk.allocate_ids(Change._meta.db_table, 5) >= first + 2
 
 
-def test_ids_are_reserved_in_one_statement_and_never_twice() -> None:
+def test_ids_are_reserved_ahead_in_one_statement_and_never_twice() -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    bulk.allocate_ids(Change._meta.db_table, bulk.ID_RESERVE)  # whatever was reserved before, none is left now
     with CaptureQueriesContext(connection) as queries:
         first = bulk.allocate_ids(Change._meta.db_table, 600)
     if connection.vendor == "postgresql":
-        assert len(queries) <= 2  # the sequence's name once per process, then one statement a call
-        with CaptureQueriesContext(connection) as queries:
-            second = bulk.allocate_ids(Change._meta.db_table, 3)
-        assert len(queries) == 1 and second >= first + 600
-        with connection.cursor() as cursor:  # what the sequence hands out next is past both ranges
+        assert len(queries) == 1  # a new reserve: one statement
+        with CaptureQueriesContext(connection) as queries:  # from what the first call reserved: no statement
+            second = bulk.allocate_ids(Change._meta.db_table, bulk.ID_RESERVE - 600)
+        assert len(queries) == 0 and second == first + 600
+        with CaptureQueriesContext(connection) as queries:  # the reserve is used up: a new one
+            third = bulk.allocate_ids(Change._meta.db_table, 3)
+        assert len(queries) == 1 and third >= first + bulk.ID_RESERVE
+        with connection.cursor() as cursor:  # what the sequence hands out next is past every range handed out
             cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id'))", [Change._meta.db_table])
-            assert cursor.fetchone()[0] >= second + 3
+            assert cursor.fetchone()[0] >= third + bulk.ID_RESERVE
 
 
 def test_upserts_many_rows_in_pages() -> None:

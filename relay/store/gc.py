@@ -62,8 +62,9 @@ def collect_garbage(batch_size: int = 10_000, max_seconds: float | None = None) 
     while first or not out_of_time():
         first = False
         with transaction.atomic():
-            # The newest committed change first: a batch the worker commits after this read has higher ids, so
-            # its changes stay whatever the head scan below sees.
+            # The newest committed change first: a batch the worker commits after this read has higher ids (it is the
+            # one writer of changes, and the ids it takes only go up: relay/worker/bulk.py), so its changes stay
+            # whatever the head scan below sees.
             newest = Change.objects.aggregate(top=Max("id"))["top"]
             if newest is None:
                 break

@@ -89,7 +89,11 @@ def insert_rows(
 #: How often allocate_ids asks again when concurrent writers interleaved with its reservation.
 ALLOCATE_ATTEMPTS = 5
 
+#: Ids reserved at a time on PostgreSQL (more when one call asks for more), so a small batch reserves none itself.
+ID_RESERVE = 1000
+
 _sequences: dict[tuple[str, str], str] = {}  # (database alias, table) -> the sequence of its id column
+_reserves: dict[tuple[str, str], tuple[int, int]] = {}  # (database alias, table) -> (next id, end) reserved
 
 
 def _sequence(table: str) -> str:
@@ -109,34 +113,51 @@ def allocate_ids(table: str, count: int) -> int:
     """Reserves ``count`` consecutive primary keys of ``table``; returns the first.
 
     Rows then go in with explicit ids (COPY cannot return generated ones). On SQLite the write transaction already
-    excludes every other writer. On PostgreSQL one statement takes ``count`` values of the table's sequence and
-    returns only their bounds: the values are this transaction's whatever else happens (a sequence never hands out a
-    value twice), and they are ``count`` distinct values, so when the bounds are ``count - 1`` apart they are exactly
-    that range. A concurrent writer's ``nextval`` can interleave with them; then they are left unused (a gap, as a
-    rolled-back insert leaves) and the statement runs again. (``setval`` to the end of a range is not safe: a
-    concurrent ``nextval`` between reading the sequence and setting it would get a value of the range too.)
+    excludes every other writer. On PostgreSQL the ids come from a range of the table's sequence this process
+    reserved (``ID_RESERVE`` at a time): a sequence never hands out a value twice, whatever happens to the
+    transaction that took it, so the range stays this process's across transactions, and its ids go up from one
+    call to the next as the sequence's do. What a process leaves unused is a gap, as a rolled-back insert leaves.
     """
     if count <= 0:
         raise ValueError("count must be positive")
+    if connection.vendor == "postgresql":
+        key = (connection.alias, table)
+        following, end = _reserves.get(key, (0, 0))
+        if end - following < count:
+            size = max(count, ID_RESERVE)
+            following = _reserve_range(table, size)
+            end = following + size
+        _reserves[key] = (following + count, end)
+        return following
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            sequence = _sequence(table)
-            for _ in range(ALLOCATE_ATTEMPTS):
-                cursor.execute(
-                    "SELECT min(v), max(v) FROM (SELECT nextval(%s::regclass) AS v FROM generate_series(1, %s)) AS s",
-                    [sequence, count],
-                )
-                low, high = cursor.fetchone()
-                if high - low == count - 1:
-                    return int(low)
-            raise RuntimeError(
-                f"{table}: the id sequence did not hand out {count} consecutive values in {ALLOCATE_ATTEMPTS} attempts"
-            )
         cursor.execute("SELECT seq FROM sqlite_sequence WHERE name = %s", [table])
         row = cursor.fetchone()
         cursor.execute(f"SELECT MAX(id) FROM {connection.ops.quote_name(table)}")
         top = max(row[0] if row else 0, cursor.fetchone()[0] or 0)
         return top + 1
+
+
+def _reserve_range(table: str, count: int) -> int:
+    """Takes ``count`` consecutive values of the table's sequence; returns the first.
+
+    One statement takes ``count`` values and returns only their bounds: they are ``count`` distinct values, so when
+    the bounds are ``count - 1`` apart they are exactly that range. A concurrent writer's ``nextval`` can interleave
+    with them; then they are left unused and the statement runs again. (``setval`` to the end of a range is not
+    safe: a concurrent ``nextval`` between reading the sequence and setting it would get a value of the range too.)
+    """
+    sequence = _sequence(table)
+    with connection.cursor() as cursor:
+        for _ in range(ALLOCATE_ATTEMPTS):
+            cursor.execute(
+                "SELECT min(v), max(v) FROM (SELECT nextval(%s::regclass) AS v FROM generate_series(1, %s)) AS s",
+                [sequence, count],
+            )
+            low, high = cursor.fetchone()
+            if high - low == count - 1:
+                return int(low)
+    raise RuntimeError(
+        f"{table}: the id sequence did not hand out {count} consecutive values in {ALLOCATE_ATTEMPTS} attempts"
+    )
 
 
 def upsert_statements(
