@@ -86,7 +86,7 @@ def insert_rows(
             cursor.cursor.copy_expert(f"COPY {name} ({quoted}) FROM STDIN", buffer)
 
 
-#: How often allocate_ids asks again when concurrent writers interleaved with its reservation.
+#: How often a reservation of ids is asked again when concurrent writers interleaved with it.
 ALLOCATE_ATTEMPTS = 5
 
 #: Ids reserved at a time on PostgreSQL (more when one call asks for more), so a small batch reserves none itself.
