@@ -17,6 +17,8 @@ class ChecksumError(BinlogError):
         )
         self.file = file
         self.pos = pos
+        self.expected = expected
+        self.actual = actual
 
 
 class TruncatedEventError(BinlogError):

@@ -260,6 +260,21 @@ def test_bad_crc_raises_naming_file_and_position(real_events: tuple[str, list[by
     assert rows == [("1", "one"), ("2", "tvo"), ("2", "deux")]
 
 
+def test_a_damaged_checksum_is_reported_with_both_sums(real_events: tuple[str, list[bytes]], tmp_path: Path) -> None:
+    name, events = real_events
+    for index, event in enumerate(events):
+        if event[4] == FORMAT_DESCRIPTION_EVENT:
+            continue  # its checksum is checked apart (the "in use" flag)
+        corrupt = bytearray(event)
+        corrupt[-1] ^= 0x80  # the stored checksum itself, the event's data intact
+        stored = int.from_bytes(corrupt[-4:], "little")
+        path = tmp_path / name
+        path.write_bytes(b"\xfebin" + b"".join(events[:index]) + bytes(corrupt) + b"".join(events[index + 1 :]))
+        with pytest.raises(ChecksumError) as raised:
+            list(read_binlog_files([path]))
+        assert (raised.value.expected, raised.value.actual) == (stored, zlib.crc32(event[:-4])), index
+
+
 def test_unknown_event_types_are_skipped_by_size(real_events: tuple[str, list[bytes]]) -> None:
     name, events = real_events
     index = next(i for i, e in enumerate(events) if e[4] == TABLE_MAP_EVENT)
