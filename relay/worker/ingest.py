@@ -280,19 +280,15 @@ class Ingestor:
         the filters changed, they are reloaded and the queues read again after them: a client the new filters name
         then has its queue in the read.
         """
-        if not changes or not len(self.index):
-            if refresh_filters:
-                self._log_refresh(self.refresh_filters())
-            if not changes or not len(self.index):
-                return {}
-            return self._read_queues()[1]
-        version, queues = self._read_queues()
-        if refresh_filters and version != self.filter_version:
+        if changes and len(self.index):
+            version, queues = self._read_queues()
+            if not refresh_filters or version == self.filter_version:
+                return queues
+        if refresh_filters:
             self._log_refresh(self.refresh_filters())
-            if not len(self.index):
-                return {}
-            _, queues = self._read_queues()
-        return queues
+        if not changes or not len(self.index):
+            return {}
+        return self._read_queues()[1]
 
     def _log_refresh(self, changed: bool) -> None:
         if changed:
