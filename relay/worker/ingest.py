@@ -352,7 +352,7 @@ class Ingestor:
                         rowcodec.encode(change.columns, change.before, change.after),
                     )
                 )
-            insert_change_rows(rows, writes)
+            insert_change_rows(rows)
         if any(trimmed):
             # Some stored changes were dropped: change ids are no longer the stored index plus ``first``.
             change_id = {index: first + offset for offset, index in enumerate(live)}
@@ -455,10 +455,12 @@ CHANGE_COLUMNS = (
 )
 
 
-def insert_change_rows(rows: Sequence[tuple], writes: bulk.Statements | None = None) -> None:
-    """Writes change rows given in CHANGE_COLUMNS order (ids allocated with bulk.allocate_ids); a few of them with
-    ``writes``, if given (``bulk.insert_rows``)."""
-    bulk.insert_rows(Change._meta.db_table, CHANGE_COLUMNS, rows, kinds="issisiiiss", writes=writes)
+def insert_change_rows(rows: Sequence[tuple]) -> None:
+    """Writes change rows given in CHANGE_COLUMNS order (ids allocated with bulk.allocate_ids).
+
+    By COPY even when they are few: a multi-row INSERT of their records, bound and parsed as SQL text, costs more
+    than COPY's own round trip, from 10 rows on (bench/apply.py's batches)."""
+    bulk.insert_rows(Change._meta.db_table, CHANGE_COLUMNS, rows, kinds="issisiiiss")
 
 
 def queue_state_updates(states: Sequence[tuple[int, int, int, int]]) -> list[tuple[str, list[int]]]:
