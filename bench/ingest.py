@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
 import shutil
 import statistics
@@ -48,8 +49,11 @@ TABLE = """CREATE TABLE bench.orders (
   created DATETIME(3), flags TINYINT UNSIGNED, score DOUBLE)"""
 
 
+_databases = itertools.count()
+
+
 def fresh_database(admin_url: str) -> str:
-    name = f"relay_bench_{os.getpid()}_{int(time.time())}"
+    name = f"relay_bench_{os.getpid()}_{int(time.time())}_{next(_databases)}"
     conn = psycopg2.connect(admin_url)
     conn.autocommit = True
     with conn.cursor() as cur:
