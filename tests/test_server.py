@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.db import connection
 
 from clientproto import (
     BAD_CHECKSUM_REPLY,
@@ -462,8 +463,11 @@ def test_long_poll_fetch_wakes_on_commit(relay: ServerThread) -> None:
 
         def commit(n: int = round_, committed_at: list[float] = committed_at) -> None:
             time.sleep(0.2)
-            enqueue(client.client_id, [{"id": str(n)}])
-            committed_at.append(time.monotonic())
+            try:
+                enqueue(client.client_id, [{"id": str(n)}])
+                committed_at.append(time.monotonic())
+            finally:
+                connection.close()  # this thread's own store connection: else it outlives the test database
 
         writer = threading.Thread(target=commit)
         started = time.monotonic()
