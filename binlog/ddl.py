@@ -504,16 +504,35 @@ class Change:
     definition: TableDef | None
 
 
-def _place(columns: list[Column], column: Column, where: tuple[str, str | None] | None) -> None:
+@dataclass(eq=False)
+class _Slot:
+    """A column of a table an ALTER is changing, with ``origin``, its name (casefolded) in the table as it was before
+    the statement ("" for a column the statement adds)."""
+
+    column: Column
+    origin: str
+
+
+def _original(slots: list[_Slot], name: str) -> int:
+    """The index of the column the table had as ``name`` before the statement; -1 if none (or dropped since)."""
+    folded = name.casefold()
+    for i, slot in enumerate(slots):
+        if slot.origin == folded:
+            return i
+    return -1
+
+
+def _put(slots: list[_Slot], slot: _Slot, where: tuple[str, str | None] | None) -> None:
+    """Places a column FIRST, AFTER a column (named as the statement leaves it), or last (``where`` None)."""
     if where is None:
-        columns.append(column)
+        slots.append(slot)
     elif where[0] == "first":
-        columns.insert(0, column)
+        slots.insert(0, slot)
     else:
         target = (where[1] or "").casefold()
-        for i, existing in enumerate(columns):
-            if existing.name.casefold() == target:
-                columns.insert(i + 1, column)
+        for i, existing in enumerate(slots):
+            if existing.column.name.casefold() == target:
+                slots.insert(i + 1, slot)
                 return
         raise DdlError(f"AFTER names an unknown column {where[1]}")
 
@@ -702,15 +721,20 @@ class DdlApplier:
             if if_exists:
                 return
             raise DdlError(f"ALTER TABLE of a table the history does not know: {schema}.{table}")
-        columns = list(current.columns)
-        pk = current.primary_key
+        # The clauses of one ALTER name the columns as the table had them before it (MariaDB and MySQL resolve every
+        # DROP, CHANGE, MODIFY and RENAME COLUMN against the old table): "RENAME COLUMN a TO b, RENAME COLUMN b TO a"
+        # swaps the two. So each column is followed by its old name, never looked up by a name a clause gave it.
+        slots = [_Slot(column, column.name.casefold()) for column in current.columns]
+        key: tuple[_Slot | str, ...] = tuple(
+            slots[i] for i in (_original(slots, name) for name in current.primary_key) if i >= 0
+        )
         charset = current.charset
         rename_to: tuple[str, str] | None = None
         while not p.at_end():
             if p.accept("ADD"):
-                pk = self._alter_add(p, columns, pk, charset)
+                key = self._alter_add(p, slots, key, charset)
             elif p.accept("DROP"):
-                pk = self._alter_drop(p, columns, pk)
+                key = self._alter_drop(p, slots, key)
             elif p.accept("MODIFY", "CHANGE"):
                 change = p.tokens[p.i - 1].is_word("CHANGE")
                 p.accept("COLUMN")
@@ -719,33 +743,28 @@ class DdlApplier:
                 name = p.identifier()
                 spec = p.column_spec(name)
                 where = p.position()
-                index = current_index(columns, old or name)
+                index = _original(slots, old or name)
                 if index < 0:
                     if exists:
                         continue
                     raise DdlError(f"{'CHANGE' if change else 'MODIFY'} of an unknown column {old or name}")
-                del columns[index]
-                column = build_column(spec, charset)
+                replaced = slots.pop(index)
+                slot = _Slot(build_column(spec, charset), replaced.origin)
                 if where is None:
-                    columns.insert(index, column)
+                    slots.insert(index, slot)
                 else:
-                    _place(columns, column, where)
-                if old is not None:
-                    pk = tuple(name if k.casefold() == old.casefold() else k for k in pk)
-                if spec.primary:
-                    pk = (name,)
-                columns = _with_pk(columns, pk)
+                    _put(slots, slot, where)
+                key = (slot,) if spec.primary else tuple(slot if k is replaced else k for k in key)
             elif p.accept("RENAME"):
                 if p.accept("COLUMN"):
                     p.if_exists()
                     old = p.identifier()
                     p.expect("TO")
                     new = p.identifier()
-                    index = current_index(columns, old)
+                    index = _original(slots, old)
                     if index < 0:
                         raise DdlError(f"RENAME COLUMN of an unknown column {old}")
-                    columns[index] = replace(columns[index], name=new)
-                    pk = tuple(new if k.casefold() == old.casefold() else k for k in pk)
+                    slots[index].column = replace(slots[index].column, name=new)
                 elif p.accept("INDEX", "KEY"):
                     p.skip_clause()
                 else:
@@ -758,7 +777,8 @@ class DdlApplier:
                     raise DdlError("CONVERT TO without CHARACTER SET")
                 new = p.charset_name()
                 target = self.model.database_charset(schema) if new.upper() == "DEFAULT" else _charset_alias(new)
-                columns = [_converted(c, target) for c in columns]
+                for slot in slots:
+                    slot.column = _converted(slot.column, target)
                 charset = target
                 p.skip_clause()
             elif p.accept("DEFAULT") or (p.peek() is not None and p.peek().is_word("CHARACTER", "CHARSET", "COLLATE")):  # type: ignore[union-attr]
@@ -774,7 +794,9 @@ class DdlApplier:
                     break
                 p.skip_clause()
                 p.accept_op(",")
-        definition = TableDef(tuple(columns), pk, charset)
+        # A key column is named by its column's name after the statement: ADD PRIMARY KEY names those already.
+        pk = tuple(k.column.name if isinstance(k, _Slot) else k for k in key)
+        definition = TableDef(tuple(_with_pk([slot.column for slot in slots], pk)), pk, charset)
         if rename_to is not None:
             self.model.remove(schema, table)
             changes.append(Change(*self.model.stored_name(schema, table), None))
@@ -782,44 +804,41 @@ class DdlApplier:
         self.model.put(schema, table, definition)
         changes.append(Change(*self.model.stored_name(schema, table), definition))
 
-    def _alter_add(self, p: _Parser, columns: list[Column], pk: tuple[str, ...], charset: str) -> tuple[str, ...]:
+    def _alter_add(
+        self, p: _Parser, slots: list[_Slot], key: tuple[_Slot | str, ...], charset: str
+    ) -> tuple[_Slot | str, ...]:
         token = p.peek()
         if token is not None and token.is_word("CONSTRAINT", "PRIMARY"):
             found = self._table_constraint(p)
-            if found is not None:
-                pk = found
-                columns[:] = _with_pk(columns, pk)
-            return pk
+            return key if found is None else found
         if token is not None and token.is_word(*_ALTER_SKIP_AFTER_ADD, "SYSTEM"):
             p.skip_clause()
-            return pk
+            return key
         p.accept("COLUMN")
         exists = p.if_not_exists()
         if p.accept_op("("):
             while True:
-                pk = self._add_one(p, columns, pk, charset, exists)
+                key = self._add_one(p, slots, key, charset, exists)
                 if p.accept_op(")"):
-                    return pk
+                    return key
                 p.expect_op(",")
-        return self._add_one(p, columns, pk, charset, exists)
+        return self._add_one(p, slots, key, charset, exists)
 
     def _add_one(
-        self, p: _Parser, columns: list[Column], pk: tuple[str, ...], charset: str, if_not_exists: bool
-    ) -> tuple[str, ...]:
+        self, p: _Parser, slots: list[_Slot], key: tuple[_Slot | str, ...], charset: str, if_not_exists: bool
+    ) -> tuple[_Slot | str, ...]:
         name = p.identifier()
         spec = p.column_spec(name)
         where = p.position()
-        if current_index(columns, name) >= 0:
+        if any(slot.column.name.casefold() == name.casefold() for slot in slots):
             if if_not_exists:
-                return pk
+                return key
             raise DdlError(f"ADD of an existing column {name}")
-        _place(columns, build_column(spec, charset), where)
-        if spec.primary:
-            pk = (name,)
-            columns[:] = _with_pk(columns, pk)
-        return pk
+        slot = _Slot(build_column(spec, charset), "")
+        _put(slots, slot, where)
+        return (slot,) if spec.primary else key
 
-    def _alter_drop(self, p: _Parser, columns: list[Column], pk: tuple[str, ...]) -> tuple[str, ...]:
+    def _alter_drop(self, p: _Parser, slots: list[_Slot], key: tuple[_Slot | str, ...]) -> tuple[_Slot | str, ...]:
         if p.accept_seq("PRIMARY", "KEY"):
             return ()
         token = p.peek()
@@ -827,18 +846,18 @@ class DdlApplier:
             "INDEX", "KEY", "FOREIGN", "CONSTRAINT", "CHECK", "PARTITION", "SYSTEM", "PERIOD"
         ):
             p.skip_clause()
-            return pk
+            return key
         p.accept("COLUMN")
         exists = p.if_exists()
         name = p.identifier()
-        index = current_index(columns, name)
+        index = _original(slots, name)
         if index < 0:
             if exists:
-                return pk
+                return key
             raise DdlError(f"DROP of an unknown column {name}")
-        del columns[index]
+        dropped = slots.pop(index)
         p.skip_clause()  # RESTRICT / CASCADE
-        return tuple(k for k in pk if k.casefold() != name.casefold())
+        return tuple(k for k in key if k is not dropped)
 
     # DROP, RENAME
 
@@ -880,14 +899,6 @@ class DdlApplier:
             changes.append(Change(*self.model.stored_name(target_schema, target), definition))
             if not p.accept_op(","):
                 break
-
-
-def current_index(columns: list[Column], name: str) -> int:
-    folded = name.casefold()
-    for i, column in enumerate(columns):
-        if column.name.casefold() == folded:
-            return i
-    return -1
 
 
 def _converted(column: Column, charset: str) -> Column:

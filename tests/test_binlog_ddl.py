@@ -8,6 +8,7 @@ signedness, lengths, ENUM/SET labels), charset, nullability, primary key.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -115,7 +116,7 @@ class _Scenario:
         tables = self.tables()
         forms = ["create"] * 3 + ["create_db"] if len(tables) < 2 else ["create"]
         if tables:
-            forms += ["alter"] * 8 + ["rename", "drop", "like", "convert", "pk", "rename_col", "drop_db"]
+            forms += ["alter"] * 8 + ["rename", "drop", "like", "convert", "pk", "rename_col", "drop_db", "swap"]
         form = r.choice(forms)
         if form == "create_db":
             return f"DROP DATABASE IF EXISTS {_q(self.schemas[1])}"
@@ -166,6 +167,19 @@ class _Scenario:
             if not cols:
                 return "DO 1"
             return f"ALTER TABLE {ref} RENAME COLUMN {_q(r.choice(cols))} TO {_q(r.choice(_NAMES) + 'r')}"
+        if form == "swap":  # clauses that name a column another clause renames: each names the table as it was
+            if len(cols) < 2:
+                return "DO 1"
+            first, second = r.sample(cols, 2)
+            a, b, other = _q(first), _q(second), _q(r.choice(_NAMES) + "s")
+            return f"ALTER TABLE {ref} " + r.choice(
+                [
+                    f"RENAME COLUMN {a} TO {b}, RENAME COLUMN {b} TO {a}",
+                    f"CHANGE {a} {self.coldef(second)}, CHANGE {b} {self.coldef(first)}",
+                    f"CHANGE {a} {self.coldef(second)}, DROP COLUMN {b}",
+                    f"RENAME COLUMN {a} TO {b}, RENAME COLUMN {b} TO {other}",
+                ]
+            )
         clauses = []
         used: set[str] = set()
         for _ in range(r.randint(1, 3)):
@@ -265,7 +279,51 @@ def test_statement_forms(mariadb: MariaDB) -> None:
         f"DROP DATABASE {s2}",
         "TRUNCATE TABLE t2" if False else "DO 1",
     ]
-    for name in (s1, s2):
+    t2_after_if_not_exists: list[tuple[list[str], tuple[str, ...]]] = []
+
+    def check(sql: str, model: SchemaModel) -> None:
+        if sql.startswith("ALTER TABLE t2 ADD COLUMN IF NOT EXISTS"):
+            t2 = model.tables[(s1, "t2")]
+            t2_after_if_not_exists.append(([c.name for c in t2.columns], t2.primary_key))
+
+    model = _follow(mariadb, [s1, s2], statements, check)
+    assert t2_after_if_not_exists == [(["a", "b", "id", "d", "s 3", "e", "f"], ("a", "s 3"))]
+    assert model.tables == {}  # all renamed away, dropped, or gone with their database
+
+
+def test_the_clauses_of_one_alter_name_the_columns_as_they_were_before_it(mariadb: MariaDB) -> None:
+    """MariaDB resolves each DROP, CHANGE, MODIFY and RENAME COLUMN of an ALTER against the table before the
+    statement: two names swapped in one statement are swapped, not applied one after the other."""
+    schema = "ddlswap"
+    statements = [
+        f"CREATE DATABASE {schema}",
+        "CREATE TABLE sw (id INT PRIMARY KEY, a INT, b VARCHAR(5), c DATE)",
+        "ALTER TABLE sw RENAME COLUMN a TO b, RENAME COLUMN b TO a",
+        "ALTER TABLE sw CHANGE a b INT, CHANGE b a VARCHAR(5)",
+        "ALTER TABLE sw RENAME COLUMN a TO x, RENAME COLUMN c TO a",
+        "ALTER TABLE sw CHANGE id b2 INT, RENAME COLUMN b TO id, ADD COLUMN n INT AFTER id",
+        "ALTER TABLE sw DROP COLUMN x, CHANGE a x DATE FIRST",
+        "ALTER TABLE sw ADD COLUMN z INT, DROP COLUMN n, RENAME COLUMN b2 TO n",
+        "ALTER TABLE sw CHANGE n b INT, CHANGE x n DATE, CHANGE z x INT",
+    ]
+    layouts: list[tuple[list[str], tuple[str, ...]]] = []
+
+    def check(sql: str, model: SchemaModel) -> None:
+        table = model.tables.get((schema, "sw"))
+        if table is not None:
+            layouts.append(([c.name for c in table.columns], table.primary_key))
+
+    _follow(mariadb, [schema], statements, check)
+    assert layouts[1] == (["id", "b", "a", "c"], ("id",))  # the swap, as information_schema shows it too
+    assert layouts[-1] == (["n", "b", "id", "x"], ("b",))
+
+
+def _follow(
+    mariadb: MariaDB, schemas: list[str], statements: list[str], check: Callable[[str, SchemaModel], None]
+) -> SchemaModel:
+    """Runs each statement on the server (the first creates the default database), applies what the binlog carries
+    to a model, and compares the model with information_schema after each; ``check`` sees the model then."""
+    for name in schemas:
         mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
     conn = mariadb.connect()
     model = SchemaModel(server_charset="utf8mb4")
@@ -280,20 +338,17 @@ def test_statement_forms(mariadb: MariaDB) -> None:
             file, pos = mariadb.binlog_position()
             query(sql)
             if sql == statements[0]:
-                query(f"USE {s1}")
+                query(f"USE {schemas[0]}")
             # What the binlog carries (the server rewrites some statements: CREATE ... SELECT, DROP TABLE)
             for trx in read_binlog_files([mariadb.datadir / file], start=pos):
                 for default, logged in zip(trx.schemas, trx.statements, strict=True):
                     apply_statement(model, default, logged)
-            _assert_same(model, read_model(query, [s1, s2]), sql)
-            if sql.startswith("ALTER TABLE t2 ADD COLUMN IF NOT EXISTS"):
-                t2 = model.tables[(s1, "t2")]
-                assert [c.name for c in t2.columns] == ["a", "b", "id", "d", "s 3", "e", "f"]
-                assert t2.primary_key == ("a", "s 3")
-        assert model.tables == {}  # all renamed away, dropped, or gone with their database
+            _assert_same(model, read_model(query, schemas), sql)
+            check(sql, model)
+        return model
     finally:
         conn.close()
-        for name in (s1, s2):
+        for name in schemas:
             mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
