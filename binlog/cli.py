@@ -54,7 +54,7 @@ from binlog.constants import (
     PARTIAL_UPDATE_ROWS_EVENT,
 )
 from binlog.errors import BinlogError
-from binlog.files import iter_events, read_binlog_files
+from binlog.files import decode_files, opened, read_binlog_files
 from binlog.parser import EventDecoder, _TableEntry
 from binlog.position import Position
 from binlog.rowdecoder import RowsDecoder, build_rows_decoder, fixed_size
@@ -1044,15 +1044,9 @@ def text_lines(
 ) -> Iterator[list[str]]:
     """The lines of the row changes in binlog files, one list per transaction, as ``change_as_text`` writes each
     change that ``read_binlog_files`` reads."""
-    decoder = _TextEventDecoder(schema_provider)
-    for index, path in enumerate(paths):
-        decoder.file = os.path.basename(path)
-        decoder.pos = 4
-        with open(path, "rb") as handle:
-            for event in iter_events(handle, name=os.fspath(path), start=start if index == 0 else 4):
-                trx = decoder.feed(event)
-                if trx is not None and trx.changes:
-                    yield cast(list[str], trx.changes)
+    for trx in decode_files(_TextEventDecoder(schema_provider), opened(paths), start=start):
+        if trx.changes:
+            yield cast(list[str], trx.changes)
 
 
 def print_changes(transactions: Iterable[Transaction], out: TextIO, as_json: bool, flush: bool = True) -> int:

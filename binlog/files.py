@@ -7,12 +7,13 @@ so their errors read the same.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from binlog.changes import Transaction
-from binlog.constants import BIN_LOG_HEADER, LOG_EVENT_HEADER_LEN
+from binlog.constants import BIN_LOG_HEADER, LOG_EVENT_BINLOG_IN_USE_F, LOG_EVENT_HEADER_LEN
 from binlog.errors import BinlogError, TruncatedEventError
 from binlog.parser import EventDecoder
 from binlog.schema import SchemaProvider
@@ -21,6 +22,9 @@ from binlog.schema import SchemaProvider
 # small enough that the buffer stays far below the size of an archived binlog. An event longer than this is read
 # whole, in one request of its own size.
 CHUNK_SIZE = 1 << 20
+
+#: Where an event's flags begin (after its timestamp, type, server id, size and next position).
+FLAGS_OFFSET = 17
 
 BinlogContent = BinaryIO | bytes | bytearray | memoryview
 
@@ -127,14 +131,38 @@ def read_binlog_contents(
     ``name`` is the file's name or URI; its last path component (``binlog.000042``) goes into the positions.
     ``content`` is as for :func:`iter_events`. ``start`` is a position in the first file (an event boundary).
     """
-    decoder = EventDecoder(schema_provider, verify_checksum=verify_checksum)
+    yield from decode_files(EventDecoder(schema_provider, verify_checksum=verify_checksum), files, start=start)
+
+
+def decode_files(
+    decoder: EventDecoder, files: Iterable[tuple[str, BinlogContent]], *, start: int = 4
+) -> Iterator[Transaction]:
+    """What ``decoder`` makes of the events of (name, content) pairs of consecutive binlog files: each transaction
+    it completes.
+
+    A source writes a transaction into one file whole, so a file that ends inside one was cut at an event boundary
+    (TruncatedEventError, after the transactions before it), unless the source is still writing it: its format
+    description says it is in use, and its open end is the transaction being written, left out as not committed.
+    """
     for index, (name, content) in enumerate(files):
         decoder.file = os.path.basename(name)
         decoder.pos = 4
-        for event in iter_events(content, name=name, start=start if index == 0 else 4):
+        events = iter_events(content, name=name, start=start if index == 0 else 4)
+        first = next(events, None)  # the format description, whatever the start
+        if first is None:
+            continue
+        in_use = bool(first[FLAGS_OFFSET] & LOG_EVENT_BINLOG_IN_USE_F)
+        committed = start if index == 0 else 4
+        for event in itertools.chain((first,), events):
             trx = decoder.feed(event)
             if trx is not None:
+                committed = trx.position.pos
                 yield trx
+        if decoder.transaction_open and not in_use:
+            raise TruncatedEventError(
+                f"{name}: the file ends inside a transaction begun after position {committed}, before its commit "
+                f"(a closed binlog ends between transactions): that transaction is left out"
+            )
 
 
 def read_binlog_files(
@@ -150,11 +178,11 @@ def read_binlog_files(
     ``start`` is a position in the first file to begin at (it must be an event boundary).
     """
     yield from read_binlog_contents(
-        _opened(paths), schema_provider=schema_provider, start=start, verify_checksum=verify_checksum
+        opened(paths), schema_provider=schema_provider, start=start, verify_checksum=verify_checksum
     )
 
 
-def _opened(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, BinaryIO]]:
+def opened(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, BinaryIO]]:
     """Each file open while its events are read; closed before the next one is opened, or when reading stops."""
     for path in paths:
         with open(path, "rb") as handle:

@@ -186,6 +186,11 @@ class EventDecoder:
         self._pending_maria: tuple[int, int, int] | None = None
         self._pending_mysql: tuple[str, int] | None = None
 
+    @property
+    def transaction_open(self) -> bool:
+        """Events of a transaction (its GTID at least) were read and its commit not yet."""
+        return bool(self.in_transaction or self.changes or self.trx_gtid or self.trx_timestamp)
+
     def gtid_text(self) -> str:
         if self._flavor == "mariadb":
             return str(self.maria_gtids)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from binlog import TruncatedEventError, read_binlog_files
+from binlog import TruncatedEventError, cli, read_binlog_files
+from binlog.constants import GTID_EVENT, LOG_EVENT_BINLOG_IN_USE_F
 from binlog.errors import BinlogError
 from binlog.files import iter_events, iter_file_events, read_binlog_contents
 from devtools.sandbox import MariaDB
@@ -99,3 +101,47 @@ def test_truncation_and_garbage_read_the_same_from_every_form(workload_file: Pat
         list(iter_events(b"\xfebin" + bytes(9) + (3).to_bytes(4, "little") + bytes(6), name="x.1"))
     with pytest.raises(TruncatedEventError, match="file ends inside the event header at position 4"):
         list(iter_events(b"\xfebin" + bytes(10), name="x.1"))
+
+
+def test_a_closed_file_that_ends_inside_a_transaction_is_reported_after_the_transactions_before_it(
+    workload_file: Path, tmp_path: Path
+) -> None:
+    """A source writes each transaction into one file whole: a closed file that ends between two events of one was
+    cut there. Its earlier transactions are read; then the cut is an error naming the file and where the open
+    transaction began, in the library and in ``dump``. A file the source is still writing (in use) may end so."""
+    data = workload_file.read_bytes()
+    position, starts = 4, []
+    for event in iter_events(data, name=workload_file.name):
+        if event[4] == GTID_EVENT:
+            starts.append(position)
+        position += len(event)
+    last_gtid = starts[-1]  # the last transaction: a GTID, its TABLE_MAP and rows events, its commit
+    whole = list(read_binlog_files([workload_file]))
+    expected = [trx for trx in whole if trx.position.pos <= last_gtid]
+    assert expected and len(expected) < len(whole)
+    for cut_after in (1, 2):  # after the transaction's GTID event, after its TABLE_MAP
+        end = last_gtid
+        for _ in range(cut_after):
+            end += int.from_bytes(data[end + 9 : end + 13], "little")
+        path = tmp_path / f"cut-{cut_after}" / workload_file.name
+        path.parent.mkdir()
+        path.write_bytes(data[:end])
+        read: list[object] = []
+        with pytest.raises(TruncatedEventError) as caught:
+            read.extend(read_binlog_contents([(str(path), path.read_bytes())]))
+        assert rows(read) == rows(expected)
+        message = str(caught.value)
+        assert message.startswith(f"{path}: the file ends inside a transaction begun after position ")
+        assert f" begun after position {expected[-1].position.pos}, before its commit" in message
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = cli.main(["dump", str(path)])
+        assert status == 2
+        assert err.getvalue() == f"error: {message}\n"
+        assert out.getvalue().count("\n") == sum(len(trx.changes) for trx in expected)
+
+        # The same bytes with "in use" set in the format description: a live file's open end, read up to its commit.
+        live = bytearray(data[:end])
+        live[4 + 17] |= LOG_EVENT_BINLOG_IN_USE_F
+        assert rows(read_binlog_contents([(str(path), bytes(live))])) == rows(expected)

@@ -154,7 +154,7 @@ def read_binlog(
         start, position, last_type = position, position + len(event), event_type
         if trx is not None and not trx.partial:
             _count_transaction(tally, trx, NOT_PRESENT)
-        if decoder.in_transaction or decoder.changes or decoder.trx_gtid or decoder.trx_timestamp:
+        if decoder.transaction_open:
             if opened_at is None:
                 opened_at = start
         else:
