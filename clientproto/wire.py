@@ -115,6 +115,10 @@ class Reader:
         """An lstring holding UTF-8 text (names)."""
         at = self.offset
         data = self.lstring(field, max_size)
+        # No name holds a NUL (MySQL refuses it in identifiers, and so does a SQL text): one inside is a client bug.
+        inside = data.find(NUL)
+        if inside >= 0:
+            raise self.fail(f"{field} at offset {at}: a NUL byte inside the text (at byte {inside})")
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:

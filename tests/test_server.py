@@ -21,6 +21,7 @@ from clientproto import (
     Command,
     RelayClient,
     Result,
+    SnapshotAction,
     accepted_keys,
     bad_session_reply,
     decode_ack_reply,
@@ -31,8 +32,10 @@ from clientproto import (
     encode_addfilter,
     encode_auth,
     encode_fetch,
+    encode_removefilter,
     encode_reply,
     encode_request,
+    encode_snapshot,
     php_key,
     server_key,
 )
@@ -211,6 +214,14 @@ def test_malformed_and_truncated_payloads_get_0xfa_with_a_message(relay: ServerT
     assert result == Result.MALFORMED and b"MaxEvents 0" in payload
     result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), "x" * 300), client_id=0, token=0)
     assert result == Result.MALFORMED and b"limit is 255" in payload
+    # A NUL inside a name (which no store keeps as it is) is refused like any malformed field; the session goes on.
+    for command, payload in (
+        (Command.ADDFILTER, encode_addfilter(1, "sh\x00op", "orders")),
+        (Command.REMOVEFILTER, encode_removefilter(1, "shop", "or\x00ders")),
+        (Command.SNAPSHOT, encode_snapshot(SnapshotAction.START, [("shop", "orders")], "id\x00=1")),
+    ):
+        result, reply = client.request(command, payload)
+        assert result == Result.MALFORMED and b"a NUL byte inside the text" in reply, reply
     assert client.request(Command.POLL)[0] == Result.EMPTY
     assert not Filter.objects.exists()
 
