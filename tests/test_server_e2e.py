@@ -33,6 +33,22 @@ def test_runrelay_refuses_an_unknown_event_loop() -> None:
     assert "Traceback" not in relay.output
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--idle-timeout", "0"), "--idle-timeout must be more than 0"),
+        (("--io-timeout", "-5"), "--io-timeout must be more than 0"),
+        (("--auth-timeout", "0"), "--auth-timeout must be more than 0"),
+        (("--shutdown-grace", "-1"), "--shutdown-grace must be 0 or more"),
+        (("--max-connections", "0"), "--max-connections must be at least 1"),
+    ],
+)
+def test_runrelay_refuses_timeouts_and_limits_that_would_cut_every_client(flags: tuple[str, str], message: str) -> None:
+    relay = RelayProcess(relay_env(None), "runrelay", "--port", "0", *flags).start()
+    assert relay.wait(60) != 0
+    assert message in relay.output and "Traceback" not in relay.output
+
+
 @pytest.mark.parametrize("event_loop", ["auto", "asyncio"])  # auto: uvloop, installed by requirements.txt
 def test_runrelay_stops_gracefully_on_sigterm(event_loop: str) -> None:
     relay, port = start_relay(None, RELAY_EVENT_LOOP=event_loop)

@@ -19,6 +19,7 @@ from relay.store import relayprocess
 _DEFAULTS = ServerOptions()
 _AT_LEAST_1 = "at least 1"
 _POSITIVE = "more than 0"
+_NOT_NEGATIVE = "0 or more"
 #: The server's tunables: (option, the ServerOptions field it sets and takes its default from, type, the check its
 #: value must pass or None, help).
 _TUNABLES: tuple[tuple[str, str, type[int] | type[float], str | None, str | None], ...] = (
@@ -43,16 +44,16 @@ _TUNABLES: tuple[tuple[str, str, type[int] | type[float], str | None, str | None
         _POSITIVE,
         "seconds a connection may stay without a session (AUTH) before it is cut",
     ),
-    ("idle-timeout", "idle_timeout", float, None, "seconds before an idle client is cut"),
+    ("idle-timeout", "idle_timeout", float, _POSITIVE, "seconds before an idle client is cut"),
     (
         "io-timeout",
         "io_timeout",
         float,
-        None,
+        _POSITIVE,
         "seconds a client may take to send a request's payload or to read a reply",
     ),
     ("store-threads", "store_threads", int, _AT_LEAST_1, None),
-    ("shutdown-grace", "shutdown_grace", float, None, None),
+    ("shutdown-grace", "shutdown_grace", float, _NOT_NEGATIVE, None),
     (
         "heartbeat-seconds",
         "heartbeat_interval",
@@ -88,6 +89,8 @@ class Command(BaseCommand):
                 raise CommandError(f"--{option} must be at least 1")
             if check == _POSITIVE and not options[field] > 0:
                 raise CommandError(f"--{option} must be more than 0")
+            if check == _NOT_NEGATIVE and not options[field] >= 0:
+                raise CommandError(f"--{option} must be 0 or more")
         server_options = ServerOptions(
             address=options["address"] or config.listen_address,
             port=port,
