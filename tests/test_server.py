@@ -784,6 +784,31 @@ def test_requests_sent_ahead_are_answered_in_order(relay: ServerThread) -> None:
     wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 4)
 
 
+def test_a_poll_read_ahead_of_large_rows_holds_about_its_byte_budget(relay: ServerThread) -> None:
+    """A POLL session keeps its read-ahead while its client is idle: with large rows it holds about
+    POLL_READ_BYTES of them, not READ_AHEAD rows, and the queue still comes whole and in order."""
+    from relay.server import queues
+
+    client = authed(relay)
+    value = "x" * 100_000
+    enqueue(client.client_id, [{"id": str(i), "v": value} for i in range(40)])
+    result, payload = client.request(Command.POLL)
+    assert result == Result.OK and decode_poll_reply(payload).columns[0].after == b"0"
+    time.sleep(0.05)  # the write-behind, and the top-up riding in it, are done
+
+    async def held() -> list[int]:
+        assert relay.server is not None
+        (session,) = [c.session for c in relay.server.connections if c.session is not None]
+        return [len(rendered.body) for _, rendered in session._ahead if rendered is not None]
+
+    assert relay.loop is not None
+    sizes = asyncio.run_coroutine_threadsafe(held(), relay.loop).result(10)
+    assert sizes and sum(sizes) <= queues.POLL_READ_BYTES + 2 * len(value), sizes
+    ids = [0] + [int(decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after) for _ in range(39)]
+    assert ids == list(range(40))
+    assert client.request(Command.POLL) == (Result.EMPTY, b"")
+
+
 def test_a_long_queue_comes_whole_and_in_order_through_the_read_ahead(relay: ServerThread) -> None:
     from relay.server import queues
 

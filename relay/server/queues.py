@@ -41,15 +41,17 @@ from relay import store
 from relay.server import render
 from relay.server.database import StoreThreads
 from relay.store import Bounds, StoredEntry
-from relay.store.queues import READ_BYTE_BUDGET
 
 log = logging.getLogger("relay.server")
 T = TypeVar("T")
 
 #: Entries a POLL session reads ahead of its head (and reads more of, with its write-behind, once it holds fewer).
 READ_AHEAD = 128
-#: A POLL read-ahead holding this many bytes of rendered replies is not topped up until it falls below.
-TOP_UP_BYTES = 4 << 20
+#: Bytes a POLL read-ahead holds at most, one entry at least whatever its size (a top-up reads what is left of it).
+#: A session keeps its read-ahead while its client is idle (up to the idle timeout), its changes and their rendered
+#: replies, so this bounds what one POLL client holds in the server: about twice this. Small rows still come 128 at
+#: a time; large ones a few at a time, each read costing little next to sending them.
+POLL_READ_BYTES = 1 << 20
 #: Deliveries are written at most this long after the reply that made them (plus one store round trip).
 SYNC_DELAY = 0.005
 _RETRY_DELAY = 0.5
@@ -312,7 +314,8 @@ class SessionQueue:
         same call (the entries after its last one), so a POLL session reading steadily never waits for the store
         and costs no store call beyond its write-behind."""
         ahead = self._ahead
-        if ahead and len(ahead) < READ_AHEAD and sum(len(r.body) for _, r in ahead if r is not None) < TOP_UP_BYTES:
+        room = POLL_READ_BYTES - sum(len(r.body) for _, r in ahead if r is not None) if ahead else 0
+        if ahead and len(ahead) < READ_AHEAD and room > 0:
             generation = self._ahead_generation
             bounds, more = await self.threads.run(
                 _refill,
@@ -321,7 +324,7 @@ class SessionQueue:
                 pending,
                 ahead[-1][0].seq,
                 READ_AHEAD,
-                TOP_UP_BYTES,
+                room,
                 self._poll_v2,
                 self.instance_id,
             )
@@ -411,7 +414,7 @@ class SessionQueue:
                 await asyncio.wait([writing])
                 if self._ahead:
                     continue
-            bounds, ahead = await self._call(_refill, 0, READ_AHEAD, READ_BYTE_BUDGET, v2, self.instance_id)
+            bounds, ahead = await self._call(_refill, 0, READ_AHEAD, POLL_READ_BYTES, v2, self.instance_id)
             self._apply(bounds)
             acked = self.acked
             self._clear_ahead()
