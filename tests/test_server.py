@@ -784,6 +784,37 @@ def test_requests_sent_ahead_are_answered_in_order(relay: ServerThread) -> None:
     wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 4)
 
 
+def test_a_new_auth_of_a_name_starts_after_every_row_its_previous_session_sent(relay: ServerThread) -> None:
+    """POLL removes what it sends: a session that replaces another at once (AUTH again on the same connection, from
+    another connection while the first is open, or right after the first closed) starts after its last reply, though
+    the previous session's deliveries are written a few milliseconds behind its replies."""
+
+    def polled(client: RawClient, count: int) -> list[int]:
+        ids = []
+        for _ in range(count):
+            result, payload = client.request(Command.POLL)
+            assert result == Result.OK
+            ids.append(int(decode_poll_reply(payload).columns[0].after))
+        return ids
+
+    first = authed(relay, "again")
+    enqueue(first.client_id, [{"id": str(i)} for i in range(40)])
+    ids = polled(first, 5)
+    for _ in range(3):  # the same connection, at once
+        result, payload = first.request(Command.AUTH, encode_auth(server_key(SECRET), "again"))
+        assert result == Result.OK
+        _, first.token, first.client_id = struct.unpack("<QII", payload)
+        ids += polled(first, 5)
+    second = authed(relay, "again")  # another connection while the first is open: the first is closed
+    assert first.closed_by_peer()
+    ids += polled(second, 5)
+    second.close()
+    third = authed(relay, "again")  # right after the previous one closed
+    ids += polled(third, 5)
+    assert ids == list(range(30))
+    wait_for(lambda: Client.objects.get(id=third.client_id).acked_seq == 30)
+
+
 def test_a_poll_read_ahead_of_large_rows_holds_about_its_byte_budget(relay: ServerThread) -> None:
     """A POLL session keeps its read-ahead while its client is idle: with large rows it holds about
     POLL_READ_BYTES of them, not READ_AHEAD rows, and the queue still comes whole and in order."""

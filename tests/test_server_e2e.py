@@ -11,6 +11,7 @@ import pytest
 
 from clientproto import RelayClient
 from devtools.sandbox import MariaDB
+from devtools.wait import wait_for
 from relay.models import Client
 from tests.helpers.processes import TEST_SECRET, RelayProcess, relay_env, start_relay
 from tests.helpers.worker import fetch_events, filtered_client, start_worker
@@ -52,7 +53,8 @@ def test_runrelay_refuses_timeouts_and_limits_that_would_cut_every_client(flags:
 @pytest.mark.parametrize("event_loop", ["auto", "asyncio"])  # auto: uvloop, installed by requirements.txt
 def test_runrelay_stops_gracefully_on_sigterm(event_loop: str) -> None:
     relay, port = start_relay(None, RELAY_EVENT_LOOP=event_loop)
-    assert f"event loop {'uvloop' if event_loop == 'auto' else 'asyncio'})" in relay.output
+    loop_line = f"event loop {'uvloop' if event_loop == 'auto' else 'asyncio'})"
+    wait_for(lambda: loop_line in relay.output, timeout=10, message="the start line")  # read by a thread of its own
     with RelayClient("127.0.0.1", port, SECRET, "graceful", reconnect=False) as client:
         client.ping()
         assert Client.objects.get(name="graceful").connected

@@ -111,6 +111,8 @@ class Connection(asyncio.Protocol):
         #: The remote address, for the per-address connection limit.
         self.host = ""
         self.session: SessionQueue | None = None
+        #: The name the session was opened for (the server finds a name's session by it when AUTH comes again).
+        self.client_name = ""
         self.state = IDLE
         self.since = self.opened = self.loop.time()
         #: No whole request received yet (see the server's SILENT_GRACE).
@@ -474,6 +476,9 @@ class Connection(asyncio.Protocol):
         async with self.server.auth_lock(request.name):
             self.authenticating = True
             try:
+                # What the name's current session here delivered is written before the new session replaces it:
+                # written after, its writes would be refused, and its last replies delivered again.
+                await self.server.hand_over(request.name, self)
                 opened = await self.server.threads.run(
                     store.open_session, request.name, self.peer, self.server.process_id
                 )
@@ -495,7 +500,7 @@ class Connection(asyncio.Protocol):
             )
             if previous is not None and previous.client_id != opened.client_id:
                 self.server.session_ended(self, previous)
-            self.server.register(self, opened.client_id)
+            self.server.register(self, opened.client_id, request.name)
             self.server.authenticated(self)
         return auth_reply(request.key, opened.token, opened.client_id)
 

@@ -131,6 +131,9 @@ class RelayServer:
         #: Lines about connection limits, throttled (connections report theirs here too).
         self.limit_log = ThrottledLog(LIMIT_LOG_INTERVAL)
         self._by_client: dict[int, Connection] = {}
+        #: The connection holding each name's session here, and the session ends still being written, by name.
+        self._by_name: dict[str, Connection] = {}
+        self._ending: dict[str, set[asyncio.Task[None]]] = {}
         self._auth_locks = [asyncio.Lock() for _ in range(_AUTH_LOCKS)]
         self._session_closes: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Server | None = None
@@ -353,10 +356,14 @@ class RelayServer:
         self._unauthenticated[conn] = None
         self._unauthenticated_by_address.setdefault(conn.host, {})[conn] = None
 
-    def register(self, conn: Connection, client_id: int) -> None:
+    def register(self, conn: Connection, client_id: int, name: str) -> None:
         """``conn`` now holds the session of ``client_id``: an older connection of that client is closed."""
         older = self._by_client.get(client_id)
         self._by_client[client_id] = conn
+        if conn.client_name != name and self._by_name.get(conn.client_name) is conn:
+            del self._by_name[conn.client_name]  # the connection authenticated before under another name
+        conn.client_name = name
+        self._by_name[name] = conn
         conn.registered.add(client_id)
         if older is not None and older is not conn:
             log.info("client %d authenticated again from %s: closing %s", client_id, conn.peer, older.peer)
@@ -412,6 +419,29 @@ class RelayServer:
         for client_id in conn.registered:
             if self._by_client.get(client_id) is conn:
                 del self._by_client[client_id]
+        if self._by_name.get(conn.client_name) is conn:
+            del self._by_name[conn.client_name]
+
+    async def hand_over(self, name: str, conn: Connection) -> None:
+        """Before ``conn`` opens a new session for ``name`` (under the name's AUTH lock): the session this process
+        holds for it stops serving and writes what it delivered, and the ends of its earlier sessions here (a
+        connection just closed) are written, so the new session starts after everything they sent.
+
+        The connection holding it (another one) is closed first, so nothing more is served from it meanwhile; the
+        same connection authenticating again serves nothing while its AUTH runs.
+        """
+        holder = self._by_name.get(name)
+        session = None if holder is None else holder.session
+        if holder is not None and session is not None:
+            if holder is not conn:
+                holder.kick()
+            try:
+                await session.flush()
+            except (DatabaseError, RuntimeError) as exc:  # RuntimeError: the store threads are shut down
+                log.warning("client %d: could not record deliveries before a new AUTH: %s", session.client_id, exc)
+        ending = self._ending.get(name)
+        if ending:
+            await asyncio.wait(list(ending))
 
     def session_ended(self, conn: Connection, session: SessionQueue) -> None:
         """Marks the client disconnected in the store, unless a newer session (any process) took over."""
@@ -420,6 +450,15 @@ class RelayServer:
         task = self.loop.create_task(self._close_session(session))
         self._session_closes.add(task)
         task.add_done_callback(self._session_closes.discard)
+        ending = self._ending.setdefault(conn.client_name, set())
+        ending.add(task)
+
+        def done(task: asyncio.Task[None], name: str = conn.client_name) -> None:
+            ending.discard(task)
+            if not ending and self._ending.get(name) is ending:
+                del self._ending[name]
+
+        task.add_done_callback(done)
 
     async def _close_session(self, session: SessionQueue) -> None:
         try:
