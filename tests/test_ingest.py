@@ -5,6 +5,7 @@ from django.db import transaction
 
 from binlog import Position, RowChange, Transaction
 from binlog.table import ColumnInfo, TableInfo
+from devtools.wait import wait_for
 from relay import store
 from relay.models import Change, Filter, QueueEntry, QueueState, WorkerStatus
 from relay.store import rowcodec
@@ -245,3 +246,48 @@ def test_a_small_batch_is_two_statements_on_postgresql_and_sets_the_checkpoint()
     assert (status.rows, status.transactions, status.source_pos) == (20, 2, 220)
     for client_id in clients:
         assert ids_in_queue(client_id) == [str(i) for i in range(1, 21)]
+
+
+def test_a_batch_notifies_the_clients_whose_queues_grew_by_name() -> None:
+    """On PostgreSQL the batch's NOTIFY names the clients it queued for (their long-polls wake, no other); SQLite has
+    no NOTIFY (the relay server watches the waiting clients' queues instead)."""
+    import psycopg2
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from relay.store.channels import QUEUE_CHANNEL, notice_clients
+
+    shop, other, also = (store.open_session(name).client_id for name in ("shop", "other", "also"))
+    store.add_filter(shop, 7, "shop", "*")
+    store.add_filter(also, 7, "*", "orders")
+    store.add_filter(other, 7, "other", "*")
+    ingestor = Ingestor("src")
+    if connection.vendor != "postgresql":
+        with CaptureQueriesContext(connection) as queries, transaction.atomic():
+            ingestor.apply(batch(range(1, 4)))
+        assert not [query for query in queries if "pg_notify" in query["sql"]]
+        assert ids_in_queue(shop) == ids_in_queue(also) == ["1", "2", "3"]
+        return
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    listener = psycopg2.connect(**params)
+    listener.autocommit = True
+    try:
+        with listener.cursor() as cursor:
+            cursor.execute(f"LISTEN {QUEUE_CHANNEL}")
+        with transaction.atomic():
+            ingestor.apply(batch(range(1, 4)))
+        wait_for(lambda: listener.poll() or bool(listener.notifies), timeout=5, message="the batch's NOTIFY")
+        assert [notice_clients(n.payload) for n in listener.notifies] == [frozenset({shop, also})]
+    finally:
+        listener.close()
+
+
+def test_a_notice_too_long_for_postgresql_names_every_client() -> None:
+    from relay.store.channels import MAX_NOTICE, notice_clients, queue_notice
+
+    assert notice_clients(queue_notice([40, 3, 12])) == frozenset({3, 12, 40})
+    many = range(1, 3000)
+    assert len(",".join(map(str, many))) > MAX_NOTICE
+    assert queue_notice(many) == "" and notice_clients("") is None  # every waiter wakes
+    assert notice_clients("3,x") is None  # a payload it cannot read wakes everyone too

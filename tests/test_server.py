@@ -8,7 +8,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 from django.db import connection
@@ -43,10 +44,12 @@ from devtools.wait import wait_for
 from relay import store
 from relay.models import Client, Filter, ServedEvent
 from relay.server import event_loop_factory
+from relay.server.wakeup import Waiter
 from tests.helpers.queues import enqueue
 from tests.helpers.relay_server import SECRET, RawClient, ServerThread, authed
 
 pytestmark = pytest.mark.django_db(transaction=True)
+T = TypeVar("T")
 
 PING_REQUEST = bytes.fromhex("01000000000000002000010000000000000000002100010000000000 00000000".replace(" ", ""))
 PING_REPLY = bytes.fromhex("00050000003901000050 4f4e4700".replace(" ", ""))
@@ -494,6 +497,45 @@ def test_long_poll_fetch_wakes_on_commit(relay: ServerThread) -> None:
     started = time.monotonic()
     assert fetch(client, 10, wait_ms=300) is None
     assert 0.29 <= time.monotonic() - started < 1.5
+
+
+def test_a_commit_wakes_the_long_polls_of_its_clients_and_no_other(relay: ServerThread) -> None:
+    """On PostgreSQL the worker's NOTIFY names the clients whose queues grew: a busy client's commits do not make
+    every idle long-poll read its queue again (on SQLite the watch compares each waiter's own queue)."""
+    idle, busy = authed(relay, "idle"), authed(relay, "busy")
+    assert relay.server is not None and relay.loop is not None
+    notifier = relay.server.notifier
+
+    def on_loop(call: Callable[[], T]) -> T:
+        async def run() -> T:
+            return call()
+
+        assert relay.loop is not None
+        return asyncio.run_coroutine_threadsafe(run(), relay.loop).result(10)
+
+    def waiting(client_id: int) -> list[Waiter]:
+        return list(notifier._by_client.get(client_id, ()))
+
+    replies: dict[str, object] = {}
+    threads = [
+        threading.Thread(target=lambda c=c, n=n: replies.setdefault(n, fetch(c, 10, wait_ms=5000)))
+        for c, n in ((idle, "idle"), (busy, "busy"))
+    ]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: on_loop(lambda: bool(waiting(idle.client_id)) and bool(waiting(busy.client_id))))
+    idle_waiter = on_loop(lambda: waiting(idle.client_id)[0])
+    before = on_loop(lambda: notifier.generation_of(idle.client_id))
+    enqueue(busy.client_id, [{"id": "1"}])
+    threads[1].join(5)
+    assert replies["busy"] is not None
+    time.sleep(0.2)  # the notification reached every waiter it was going to reach
+    if connection.vendor == "postgresql":
+        assert not idle_waiter.event.is_set()
+        assert on_loop(lambda: notifier.generation_of(idle.client_id)) == before
+    enqueue(idle.client_id, [{"id": "2"}])
+    threads[0].join(5)
+    assert replies["idle"] is not None
 
 
 def test_filters_status_and_the_python_client(relay: ServerThread) -> None:

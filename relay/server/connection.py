@@ -518,7 +518,7 @@ class Connection(asyncio.Protocol):
         ack_upto = request.ack_upto
         notifier = self.server.notifier
         while True:
-            generation = notifier.generation  # before the read: a commit after it wakes the wait below
+            generation = notifier.generation_of(session.client_id)  # before the read: a commit after it wakes the wait
             delivery = await session.fetch(request.max_events, request.manual_ack, ack_upto, FETCH_BYTE_BUDGET)
             ack_upto = 0  # acknowledged once; a retry after waiting must not count it again
             if delivery is not None:

@@ -1,9 +1,11 @@
 """Long-poll wake-up: tell waiting FETCHes as soon as the worker commits new queue entries.
 
-On PostgreSQL the worker runs ``pg_notify('relay_queues', '')`` inside each batch transaction that queued entries;
-the notification is delivered at commit. The server LISTENs on a dedicated psycopg2 connection watched by the event
-loop (``add_reader``), so a waiter wakes within a millisecond of the commit. Every notification bumps a generation
-number: a waiter takes the generation *before* it reads its queue, so a commit between its read and its wait still
+On PostgreSQL the worker runs ``pg_notify('relay_queues', '12,40')`` inside each batch transaction that queued
+entries, naming the clients whose queues grew (an empty payload names every client); the notification is delivered
+at commit. The server LISTENs on a dedicated psycopg2 connection watched by the event loop (``add_reader``), so a
+waiter of those clients wakes within a millisecond of the commit, and no other waiter does: a busy client does not
+make every idle long-poll read its queue again. Each notification bumps the generation of the clients it names: a
+waiter takes its client's generation *before* it reads its queue, so a commit between its read and its wait still
 wakes it.
 
 On SQLite there is no notification: while someone waits, one task reads the newest seq of every waiting client's
@@ -31,7 +33,7 @@ from django.db import DatabaseError, connections
 
 from relay import store
 from relay.server.database import StoreThreads
-from relay.store.channels import QUEUE_CHANNEL, SESSION_CHANNEL
+from relay.store.channels import QUEUE_CHANNEL, SESSION_CHANNEL, notice_clients
 
 log = logging.getLogger("relay.server")
 
@@ -44,12 +46,16 @@ _RECONNECT_DELAY = 1.0
 SessionCallback = Callable[[int, int], None]
 
 
+#: What a waiter saw before reading its queue: the generation of every client, and that of its own.
+Generation = tuple[int, int]
+
+
 class Waiter:
     """One long-polling request: the client, the newest seq it saw, the generation it saw."""
 
     __slots__ = ("client_id", "event", "generation", "seen_last")
 
-    def __init__(self, client_id: int, seen_last: int, generation: int) -> None:
+    def __init__(self, client_id: int, seen_last: int, generation: Generation) -> None:
         self.client_id = client_id
         self.seen_last = seen_last
         self.generation = generation
@@ -57,13 +63,19 @@ class Waiter:
 
 
 class Notifier:
-    """The common part: waiters, the generation number, and the task that watches the store."""
+    """The common part: waiters by client, the generation numbers, and the task that watches the store."""
 
     def __init__(self) -> None:
-        self.generation = 0
+        self.generation = 0  # bumped when every waiter wakes
+        self._generations: dict[int, int] = {}  # bumped when a client's waiters wake (one number per client)
         self._waiters: set[Waiter] = set()
+        self._by_client: dict[int, set[Waiter]] = {}
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
+
+    def generation_of(self, client_id: int) -> Generation:
+        """Taken before a read of the client's queue: a wake-up of the client after it ends the wait at once."""
+        return self.generation, self._generations.get(client_id, 0)
 
     async def start(self) -> None:
         """Begins watching the store."""
@@ -82,17 +94,31 @@ class Notifier:
         for waiter in self._waiters:
             waiter.event.set()
 
+    def _wake(self, client_ids: frozenset[int]) -> None:
+        """Wakes the waiters of these clients (the others' queues did not change)."""
+        generations = self._generations
+        for client_id in client_ids:
+            # Bumped whether anybody waits or not: a request between its read and its wait is told by it.
+            generations[client_id] = generations.get(client_id, 0) + 1
+            for waiter in self._by_client.get(client_id, ()):
+                waiter.event.set()
+
     async def wait(self, waiter: Waiter, timeout: float) -> None:
         """Returns when the waiter's queue may have grown, when ``timeout`` passes, or when stopping."""
-        if self._stopped or waiter.generation != self.generation:
+        if self._stopped or waiter.generation != self.generation_of(waiter.client_id):
             return
         self._waiters.add(waiter)
+        self._by_client.setdefault(waiter.client_id, set()).add(waiter)
         self._waiter_added()
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiter.event.wait(), min(timeout, SAFETY_INTERVAL))
         finally:
             self._waiters.discard(waiter)
+            waiting = self._by_client[waiter.client_id]
+            waiting.discard(waiter)
+            if not waiting:
+                del self._by_client[waiter.client_id]
 
     def _waiter_added(self) -> None:
         pass
@@ -139,14 +165,21 @@ class PostgresNotifier(Notifier):
             return
         notifies = list(conn.notifies)
         conn.notifies.clear()
-        queued = False
+        woken: set[int] = set()
+        everyone = False
         for notify in notifies:
             if notify.channel == SESSION_CHANNEL:
                 self._session_announced(notify.payload)
+                continue
+            clients = notice_clients(notify.payload)
+            if clients is None:
+                everyone = True
             else:
-                queued = True
-        if queued:
+                woken |= clients
+        if everyone:
             self._wake_all()
+        elif woken:
+            self._wake(frozenset(woken))
 
     def _session_announced(self, payload: str) -> None:
         if self._on_session is None:

@@ -40,7 +40,7 @@ from relay.models import (
     WorkerStatus,
 )
 from relay.store import rowcodec
-from relay.store.channels import QUEUE_CHANNEL
+from relay.store.channels import QUEUE_CHANNEL, queue_notice
 from relay.store.filters import filter_version, filter_version_sql
 from relay.store.schemahistory import StoreHistory
 from relay.store.sql import table
@@ -226,8 +226,9 @@ class Ingestor:
             writes.add(*checkpoint_upsert(self.source, end))
             if self.history is not None:
                 StoreHistory(self.source).save(self.history.take_pending(upto=end))
-        if queued and connection.vendor == "postgresql":  # delivered at commit: wakes long-polling relay servers
-            writes.add("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
+        if queued and connection.vendor == "postgresql":  # delivered at commit: wakes those clients' long-polls
+            notice = queue_notice(client_id for client_id, queue in queues.items() if queue.runs)
+            writes.add("SELECT pg_notify(%s, %s)", [QUEUE_CHANNEL, notice])
         writes.send()
         return BatchResult(len(transactions), rows, len(stored), queued, discarded)
 

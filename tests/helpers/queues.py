@@ -12,7 +12,7 @@ from relay import store
 from relay.models import Change, QueueEntry, QueueState
 from relay.server.queues import StaleSession
 from relay.store import Bounds, HistoryItem, StoredEntry, rowcodec
-from relay.store.channels import QUEUE_CHANNEL
+from relay.store.channels import QUEUE_CHANNEL, queue_notice
 
 
 def enqueue(
@@ -63,7 +63,7 @@ def enqueue(
         state.save()
         if notify and connection.vendor == "postgresql":
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, '')", [QUEUE_CHANNEL])
+                cursor.execute("SELECT pg_notify(%s, %s)", [QUEUE_CHANNEL, queue_notice([client_id])])
     return seqs
 
 
