@@ -8,6 +8,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -855,6 +856,32 @@ def test_a_new_auth_of_a_name_starts_after_every_row_its_previous_session_sent(r
     ids += polled(third, 5)
     assert ids == list(range(30))
     wait_for(lambda: Client.objects.get(id=third.client_id).acked_seq == 30)
+
+
+def test_an_auth_never_waits_for_the_auths_of_another_name(relay: ServerThread) -> None:
+    """AUTHs of one name run one at a time; another name's AUTH goes through meanwhile, whatever the names (these
+    two fell on one of 64 shared locks before)."""
+    busy = "storm"
+    other = next(f"n{i}" for i in range(10_000) if zlib.crc32(f"n{i}".encode()) % 64 == zlib.crc32(busy.encode()) % 64)
+    assert relay.server is not None and relay.loop is not None
+    held, release = threading.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        assert relay.server is not None
+        async with relay.server.auth_lock(busy):
+            held.set()
+            await release.wait()
+
+    holding = asyncio.run_coroutine_threadsafe(hold(), relay.loop)
+    assert held.wait(5)
+    try:
+        started = time.monotonic()
+        client = authed(relay, other)
+        assert client.client_id and time.monotonic() - started < 2
+    finally:
+        relay.loop.call_soon_threadsafe(release.set)
+        holding.result(5)
+    assert authed(relay, busy).client_id  # its lock was let go, and forgotten
 
 
 def test_a_poll_read_ahead_of_large_rows_holds_about_its_byte_budget(relay: ServerThread) -> None:

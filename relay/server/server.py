@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import time
-import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -28,7 +27,6 @@ from relay.store import relayprocess
 
 log = logging.getLogger("relay.server")
 
-_AUTH_LOCKS = 64
 #: How often the tokens of this process's sessions are compared with the store, to close connections whose client
 #: authenticated again on another relay process. On PostgreSQL the session notification does this at once and the
 #: sweep only covers a LISTEN connection that was down; SQLite has no notification.
@@ -134,7 +132,8 @@ class RelayServer:
         #: The connection holding each name's session here, and the session ends still being written, by name.
         self._by_name: dict[str, Connection] = {}
         self._ending: dict[str, set[asyncio.Task[None]]] = {}
-        self._auth_locks = [asyncio.Lock() for _ in range(_AUTH_LOCKS)]
+        #: A lock per name while some AUTH of it runs, with the number of AUTHs holding or awaiting it.
+        self._auth_locks: dict[str, tuple[asyncio.Lock, int]] = {}
         self._session_closes: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -489,9 +488,21 @@ class RelayServer:
 
     @contextlib.asynccontextmanager
     async def auth_lock(self, name: str) -> AsyncIterator[None]:
-        """AUTHs of one name run one at a time, so the newest session in the store is the one registered here."""
-        async with self._auth_locks[zlib.crc32(name.encode("utf-8")) % _AUTH_LOCKS]:
-            yield
+        """AUTHs of one name run one at a time, so the newest session in the store is the one registered here; those
+        of other names never wait for them (a storm of AUTHs of one name slows that name alone)."""
+        lock, users = self._auth_locks.get(name, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._auth_locks[name] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            users = self._auth_locks[name][1] - 1
+            if users:
+                self._auth_locks[name] = (lock, users)
+            else:
+                del self._auth_locks[name]
 
     async def _sweep(self) -> None:
         """Closes idle connections and those stuck mid-request (a slow client costs only its own connection)."""
