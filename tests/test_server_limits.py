@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import selectors
+import signal
 import socket
 import struct
 import threading
@@ -25,7 +27,7 @@ from devtools.wait import wait_for
 from relay.server import server as server_module
 from relay.server.connection import MAX_UNAUTHENTICATED_REQUESTS
 from tests.helpers.processes import TEST_SECRET, RelayProcess, start_relay
-from tests.helpers.relay_server import SECRET, ServerThread, authed
+from tests.helpers.relay_server import SECRET, RawClient, ServerThread, authed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -334,3 +336,32 @@ def test_a_flood_of_one_byte_connections_does_not_lock_a_client_out() -> None:
     # The caps were hit, and said so in a few lines rather than one per connection.
     lines = [line for line in relay.output.splitlines() if "--max-connections" in line]
     assert lines and len(lines) <= 10, lines[:20]
+
+
+def test_a_client_pipelining_hundreds_of_requests_shares_the_loop_with_the_others() -> None:
+    """A connection serves TURN_REQUESTS of its buffered requests a turn: another client's request that arrived
+    behind 2,000 pipelined ones of a flooding client is answered after a few of them, not after all."""
+    relay, port = start_relay()
+    pid = pid_of(relay)
+    flood, other = (RawClient(socket.create_connection(("127.0.0.1", port), timeout=10)) for _ in range(2))
+    for client, name in ((flood, "flood"), (other, "other")):
+        result, _ = client.request(Command.AUTH, encode_auth(server_key(TEST_SECRET), name), client_id=0, token=0)
+        assert result == Result.OK
+    count = 2000
+    os.kill(pid, signal.SIGSTOP)  # both arrive while the relay is stopped: it finds them in one turn of its loop
+    try:
+        flood.send(PING * count)
+        other.send(PING)
+        time.sleep(0.2)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert other.recv_exactly(len(PONG)) == PONG
+    flood.sock.setblocking(False)
+    ahead = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := flood.sock.recv(1 << 16):
+            ahead += chunk
+    assert len(ahead) // len(PONG) < count // 2, f"{len(ahead) // len(PONG)} of the flood's replies came first"
+    flood.sock.setblocking(True)
+    rest = flood.recv_exactly(count * len(PONG) - len(ahead))
+    assert ahead + rest == PONG * count  # every request of the flood answered, in order

@@ -80,6 +80,10 @@ IDLE, READING, BUSY, WRITING = "idle", "reading", "busy", "writing"
 #: the rest waits with TCP): requests are small, and a client's traffic is in its replies.
 READ_LIMIT = 32 << 10
 
+#: Requests a connection serves in one turn of the event loop before the other connections get theirs: a client
+#: that sends hundreds at once (pipelined) is served on, a turn at a time, and never holds the loop meanwhile.
+TURN_REQUESTS = 16
+
 #: The request header's fields (clientproto.header), unpacked in place from what arrived.
 _unpack_header = struct.Struct("<HHIIIIIII").unpack_from
 _POLL = int(Command.POLL)
@@ -142,6 +146,8 @@ class Connection(asyncio.Protocol):
         self._writing = False
         self._close_after_write = False
         self._reading_paused = False
+        #: Requests are left in the input for the next turn (TURN_REQUESTS): a callback to serve them is scheduled.
+        self._next_turn = False
         self._eof = False
         self._lost = False
         self._finished = False
@@ -176,8 +182,9 @@ class Connection(asyncio.Protocol):
             self._input = buffered
         else:
             self._input = data
-        if self._task is not None or self._writing:
-            # The request in flight comes first; what the client sends meanwhile stays with TCP past the limit.
+        if self._task is not None or self._writing or self._next_turn:
+            # The request in flight (or the requests left for the next turn) come first; what the client sends
+            # meanwhile stays with TCP past the limit.
             if len(self._input) > READ_LIMIT and not self._reading_paused:
                 self._reading_paused = True
                 self.transport.pause_reading()  # type: ignore[union-attr]
@@ -187,7 +194,7 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         # The requests already received are answered; the connection closes once none is left in flight.
         self._eof = True
-        if self._task is None and not self._writing:
+        if self._task is None and not self._writing and not self._next_turn:
             self._close()
         return True
 
@@ -216,14 +223,23 @@ class Connection(asyncio.Protocol):
     # -- serving requests -----------------------------------------------------------------------------------------
 
     def _serve_input(self) -> None:
-        """Serves the requests received, in order, until one runs as a task, waits for TCP, or is incomplete."""
+        """Serves the requests received, in order, until one runs as a task, waits for TCP, or is incomplete, or
+        TURN_REQUESTS were served (the rest in a later turn of the loop)."""
+        if self._next_turn:
+            return  # the scheduled turn serves them, in order
         data = self._input
         at = 0
         end = len(data)
         served = False
+        turn = 0
         while not self.closing and self._task is None and not self._writing:
             if end - at < REQUEST_HEADER_SIZE:
                 break
+            if turn == TURN_REQUESTS:
+                self._next_turn = True
+                self.loop.call_soon(self._turn)
+                break
+            turn += 1
             fields = _unpack_header(data, at)
             command, sub, size, version, client_id, token, checksum, reserved1, reserved2 = fields
             session = self.session
@@ -285,11 +301,16 @@ class Connection(asyncio.Protocol):
             # The first byte of a request starts its io_timeout (READING); a reply starts the idle timeout.
             self.state = state
             self.since = self.loop.time()
-        if self._reading_paused and state in (IDLE, READING):
+        if self._reading_paused and state in (IDLE, READING) and not self._next_turn:
             self._reading_paused = False
             self.transport.resume_reading()  # type: ignore[union-attr]
-        if self._eof and state in (IDLE, READING):  # the client sent all it will: no request is left to answer
+        if self._eof and state in (IDLE, READING) and not self._next_turn:  # the client sent all it will, all answered
             self._close()
+
+    def _turn(self) -> None:
+        self._next_turn = False
+        if not self.closing:
+            self._serve_input()
 
     def _request(self, header: RequestHeader, payload: bytes) -> None:
         # Order of the checks: checksum (0xFF, close), unknown command (0xFD), session (0xFB; an unauthenticated
