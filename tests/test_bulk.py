@@ -97,3 +97,25 @@ def test_many_rows_are_copied_at_once_whatever_the_batch_writes() -> None:
     rows = [(first + n, "s", "t", 1, "f", n, 0, 1, "", "{}") for n in range(bulk.FEW_ROWS + 1)]
     bulk.insert_rows(Change._meta.db_table, COLUMNS, rows, kinds="issisiiiss", writes=writes)
     assert len(writes) == 0 and Change.objects.count() == bulk.FEW_ROWS + 1
+
+
+def test_a_large_row_is_written_without_copying_its_text_into_a_wider_buffer() -> None:
+    """A row of tens of MB (a large BLOB's record) costs its COPY text once more, plus chunks: the worker's peak
+    memory for a large row is a few copies of it, not a buffer of 4 bytes a character besides."""
+    import tracemalloc
+
+    size = 20_000_000
+    record = "R" + "x" * size
+    first = bulk.allocate_ids(Change._meta.db_table, 3)
+    rows = [
+        (first + n, "s", "t", 1, "binlog.000001", 4, n, 1_700_000_000, "", text)
+        for n, text in enumerate(("a", record, "ü" * 70_000))
+    ]
+    tracemalloc.start()
+    try:
+        bulk.insert_rows(Change._meta.db_table, COLUMNS, rows, kinds="issisiiiss")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * size, f"{peak / size:.1f} times the row"
+    assert list(Change.objects.order_by("id").values_list("data", flat=True)) == ["a", record, "ü" * 70_000]

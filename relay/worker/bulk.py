@@ -3,7 +3,6 @@ small writes sent in one round trip."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, cast
@@ -77,14 +76,33 @@ def insert_rows(
             [value for row in rows for value in row],
         )
     else:
-        buffer = io.StringIO()
         if kinds is not None:
-            buffer.writelines(map(_line_formatter(kinds), rows))
+            text = "".join(map(_line_formatter(kinds), rows))
         else:
-            buffer.writelines("\t".join(map(_copy_field, row)) + "\n" for row in rows)
-        buffer.seek(0)
+            text = "".join("\t".join(map(_copy_field, row)) + "\n" for row in rows)
         with connection.cursor() as cursor:
-            cursor.cursor.copy_expert(f"COPY {name} ({quoted}) FROM STDIN", buffer)
+            cursor.cursor.copy_expert(f"COPY {name} ({quoted}) FROM STDIN", _TextReader(text), size=COPY_CHUNK)
+
+
+#: Characters psycopg2 asks of a COPY's text at a time.
+COPY_CHUNK = 1 << 16
+
+
+class _TextReader:
+    """The file object COPY reads its text from: slices of the text as it is. An io.StringIO would first copy the
+    text into a buffer of 4 bytes a character: 4 times a large row's record again, at the worker's peak memory."""
+
+    __slots__ = ("_at", "_text")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._at = 0
+
+    def read(self, size: int = -1) -> str:
+        at = self._at
+        end = len(self._text) if size < 0 else min(at + size, len(self._text))
+        self._at = end
+        return self._text[at:end]
 
 
 #: How often a reservation of ids is asked again when concurrent writers interleaved with it.
