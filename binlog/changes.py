@@ -127,6 +127,9 @@ class Transaction:
     # transaction's parts are open means the stream reconnected and starts that transaction again.
     partial: bool = False
     part: int = 0
+    #: Bytes of the rows events its changes came from (what a reader holds for it, about): bounds set in rows alone
+    #: would let a few hundred wide rows (large JSON or BLOB values) fill the memory.
+    size: int = 0
 
     @property
     def is_heartbeat(self) -> bool:

@@ -139,6 +139,12 @@ class _TableEntry:
         return decoder
 
 
+#: Bytes of rows events that count as one row where sizes are bounded in rows: a transaction comes in parts of
+#: ``chunk_rows`` rows or ``chunk_rows * ROW_BYTES`` bytes, whichever comes first (wide rows: JSON, BLOBs), and the
+#: worker weighs what it holds and batches the same way.
+ROW_BYTES = 4096
+
+
 class EventDecoder:
     """Stateful decoder of one stream of events (one source, consecutive files)."""
 
@@ -179,6 +185,7 @@ class EventDecoder:
     def _reset_transaction(self) -> None:
         self.in_transaction = False
         self.changes: list[RowChange] = []
+        self._rows_bytes = 0  # of the rows events since the transaction (or its last part) began
         self.statements: list[str] = []
         self.statement_schemas: list[str] = []
         self.trx_gtid = ""
@@ -215,6 +222,7 @@ class EventDecoder:
             dict(self.counts),
             tuple(self.statement_schemas),
             part=self._part,
+            size=self._rows_bytes,
         )
         self.counts.clear()
         self._reset_transaction()
@@ -233,9 +241,11 @@ class EventDecoder:
             dict(self.counts),
             partial=True,
             part=self._part,
+            size=self._rows_bytes,
         )
         self._part += 1
         self.changes = []
+        self._rows_bytes = 0
         self.counts.clear()
         return trx
 
@@ -304,12 +314,16 @@ class EventDecoder:
             if log_pos > self.pos:
                 self.pos = log_pos
             self._rows(event, event_type, end, timestamp, log_pos)
-            if self.chunk_rows is not None and len(self.changes) >= self.chunk_rows:
+            self._rows_bytes += size
+            if self.chunk_rows is not None and (
+                len(self.changes) >= self.chunk_rows or self._rows_bytes >= self.chunk_rows * ROW_BYTES
+            ):
                 return self._chunk()
             return None
         if event_type == TRANSACTION_PAYLOAD_EVENT:
             if log_pos > self.pos:
                 self.pos = log_pos
+            self._rows_bytes += size  # the whole transaction, compressed: its parts are not counted apart
             return self._payload(event, end, timestamp, log_pos)
         if fde is not None:
             self._format_description(fde, log_pos, flags)
