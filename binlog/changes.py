@@ -110,6 +110,11 @@ class RowChange:
     __hash__ = None  # type: ignore[assignment]
 
 
+#: Bytes of rows events that count as one row where sizes are bounded in rows (Transaction.weight; a transaction
+#: comes in parts at ``chunk_rows`` rows or ``chunk_rows * ROW_BYTES`` bytes, whichever comes first).
+ROW_BYTES = 4096
+
+
 @dataclass(slots=True)
 class Transaction:
     """A committed transaction (or, with ``changes == []``, a heartbeat/idle tick that only moves the position)."""
@@ -130,6 +135,12 @@ class Transaction:
     #: Bytes of the rows events its changes came from (what a reader holds for it, about): bounds set in rows alone
     #: would let a few hundred wide rows (large JSON or BLOB values) fill the memory.
     size: int = 0
+
+    @property
+    def weight(self) -> int:
+        """What it counts for against bounds set in rows (a reader's hand-off, a batch): its rows, and one more per
+        ROW_BYTES of its rows events, so that wide rows are held and batched a few at a time."""
+        return len(self.changes) + self.size // ROW_BYTES
 
     @property
     def is_heartbeat(self) -> bool:

@@ -13,7 +13,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable
 
-from binlog.changes import RowChange, Transaction
+from binlog.changes import ROW_BYTES, RowChange, Transaction
 from binlog.constants import (
     ANONYMOUS_GTID_LOG_EVENT,
     BINLOG_CHECKSUM_ALG_CRC32,
@@ -139,12 +139,6 @@ class _TableEntry:
         return decoder
 
 
-#: Bytes of rows events that count as one row where sizes are bounded in rows: a transaction comes in parts of
-#: ``chunk_rows`` rows or ``chunk_rows * ROW_BYTES`` bytes, whichever comes first (wide rows: JSON, BLOBs), and the
-#: worker weighs what it holds and batches the same way.
-ROW_BYTES = 4096
-
-
 class EventDecoder:
     """Stateful decoder of one stream of events (one source, consecutive files)."""
 
@@ -161,6 +155,7 @@ class EventDecoder:
     ) -> None:
         self.provider = schema_provider
         self.chunk_rows = chunk_rows  # a transaction with more rows comes in parts (see Transaction.partial)
+        self.chunk_bytes = (chunk_rows or 0) * ROW_BYTES  # or as many bytes of rows events
         self._part = 0
         self.resolver = TableResolver(schema_provider)
         self.file = file
@@ -316,7 +311,7 @@ class EventDecoder:
             self._rows(event, event_type, end, timestamp, log_pos)
             self._rows_bytes += size
             if self.chunk_rows is not None and (
-                len(self.changes) >= self.chunk_rows or self._rows_bytes >= self.chunk_rows * ROW_BYTES
+                len(self.changes) >= self.chunk_rows or self._rows_bytes >= self.chunk_bytes
             ):
                 return self._chunk()
             return None

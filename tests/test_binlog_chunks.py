@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from binlog import read_binlog_files
+from binlog.changes import ROW_BYTES
 from binlog.files import iter_file_events
-from binlog.parser import ROW_BYTES, EventDecoder
+from binlog.parser import EventDecoder
 from devtools.sandbox import MariaDB
-from relay.worker.runner import weight
 
 
 def decode_in_parts(server: MariaDB, chunk_rows: int) -> list:
@@ -72,4 +72,4 @@ def test_a_transaction_of_wide_rows_comes_in_parts_of_bounded_bytes(fresh_schema
     assert all(limit <= trx.size < limit + 25_000 for trx in big[:-1]), [trx.size for trx in big]
     assert all(len(trx.changes) < chunk_rows for trx in big)
     assert sum(trx.size for trx in big) > 60 * len(value)
-    assert all(weight(trx) >= len(trx.changes) + chunk_rows for trx in big[:-1])  # what the worker counts
+    assert all(trx.weight >= len(trx.changes) + chunk_rows for trx in big[:-1])  # what the worker counts

@@ -2,7 +2,7 @@
 
 Bounding by rows keeps memory flat whatever the transaction sizes (a part of a large transaction holds thousands
 of rows, a typical transaction a few), while letting many small transactions queue up so the main thread can take
-them as one batch. The worker counts a transaction's rows weighted by their bytes (``runner.weight``), so wide rows
+them as one batch. The worker counts a transaction's rows weighted by their bytes (``Transaction.weight``), so wide rows
 fill it sooner.
 """
 

@@ -37,7 +37,6 @@ from django.utils import timezone
 from binlog import BinlogError, Position, PurgedPositionError, SourceSettings, Transaction
 from binlog.connection import ReplicationConnection
 from binlog.errors import AccessDeniedError, ConnectionLostError
-from binlog.parser import ROW_BYTES
 from binlog.stream import BinlogStream
 from relay import store
 from relay.config import RelayConfig
@@ -59,12 +58,6 @@ log = logging.getLogger("relay.worker")
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_PURGED = 2
-
-
-def weight(tx: Transaction) -> int:
-    """What a transaction counts for against the worker's bounds in rows (the hand-off, a batch): its rows, and one
-    more per ROW_BYTES of its rows events, so that wide rows are held and batched a few at a time."""
-    return len(tx.changes) + tx.size // ROW_BYTES
 
 
 @dataclass(frozen=True)
@@ -398,7 +391,7 @@ class Worker:
                 self._last_item_at = time.monotonic()
                 # Buffered from here on: after a reconnect the stream resumes after it, not at its first start.
                 self._stream.confirm(tx.position)
-                if not hand(tx, weight(tx)):
+                if not hand(tx, tx.weight):
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which decides
             hand(exc, 0)
@@ -454,7 +447,7 @@ class Worker:
                     if not pending:
                         first_at = time.monotonic()
                     pending.append(tx)
-                    pending_rows += weight(tx)
+                    pending_rows += tx.weight
                 # Group commit: a batch ends when the reader has nothing more right now (low latency when the
                 # source is quiet), or at batch_rows / batch_ms (large batches when it is busy).
                 if pending and (
