@@ -515,7 +515,7 @@ def test_a_commit_wakes_the_long_polls_of_its_clients_and_no_other(relay: Server
         return asyncio.run_coroutine_threadsafe(run(), relay.loop).result(10)
 
     def waiting(client_id: int) -> list[Waiter]:
-        return list(notifier._by_client.get(client_id, ()))
+        return list(notifier._waiters.get(client_id, ()))
 
     replies: dict[str, object] = {}
     threads = [

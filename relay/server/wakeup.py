@@ -68,8 +68,7 @@ class Notifier:
     def __init__(self) -> None:
         self.generation = 0  # bumped when every waiter wakes
         self._generations: dict[int, int] = {}  # bumped when a client's waiters wake (one number per client)
-        self._waiters: set[Waiter] = set()
-        self._by_client: dict[int, set[Waiter]] = {}
+        self._waiters: dict[int, set[Waiter]] = {}  # by client
         self._stopped = False
         self._task: asyncio.Task[None] | None = None
 
@@ -91,8 +90,9 @@ class Notifier:
 
     def _wake_all(self) -> None:
         self.generation += 1
-        for waiter in self._waiters:
-            waiter.event.set()
+        for waiting in self._waiters.values():
+            for waiter in waiting:
+                waiter.event.set()
 
     def _wake(self, client_ids: frozenset[int]) -> None:
         """Wakes the waiters of these clients (the others' queues did not change)."""
@@ -100,25 +100,23 @@ class Notifier:
         for client_id in client_ids:
             # Bumped whether anybody waits or not: a request between its read and its wait is told by it.
             generations[client_id] = generations.get(client_id, 0) + 1
-            for waiter in self._by_client.get(client_id, ()):
+            for waiter in self._waiters.get(client_id, ()):
                 waiter.event.set()
 
     async def wait(self, waiter: Waiter, timeout: float) -> None:
         """Returns when the waiter's queue may have grown, when ``timeout`` passes, or when stopping."""
         if self._stopped or waiter.generation != self.generation_of(waiter.client_id):
             return
-        self._waiters.add(waiter)
-        self._by_client.setdefault(waiter.client_id, set()).add(waiter)
+        self._waiters.setdefault(waiter.client_id, set()).add(waiter)
         self._waiter_added()
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiter.event.wait(), min(timeout, SAFETY_INTERVAL))
         finally:
-            self._waiters.discard(waiter)
-            waiting = self._by_client[waiter.client_id]
+            waiting = self._waiters[waiter.client_id]
             waiting.discard(waiter)
             if not waiting:
-                del self._by_client[waiter.client_id]
+                del self._waiters[waiter.client_id]
 
     def _waiter_added(self) -> None:
         pass
@@ -237,7 +235,7 @@ class PollingNotifier(Notifier):
     async def _watch(self) -> None:
         while self._waiters and not self._stopped:
             await asyncio.sleep(self._interval)
-            waiters = list(self._waiters)
+            waiters = [waiter for waiting in self._waiters.values() for waiter in waiting]
             if not waiters:
                 break
             try:
