@@ -55,6 +55,7 @@ from binlog.constants import (
 )
 from binlog.errors import BinlogError
 from binlog.files import decode_files, opened, read_binlog_files
+from binlog.nativerows import compiled_decoder
 from binlog.parser import EventDecoder, _TableEntry
 from binlog.position import Position
 from binlog.rowdecoder import RowsDecoder, build_rows_decoder, fixed_size
@@ -980,12 +981,18 @@ def text_rows_decoder(info: TableInfo, kind: int, present: int, present_after: i
     if decoder is None:
         if len(_TEXT_DECODERS) >= _CACHE_LIMIT:
             _TEXT_DECODERS.clear()
-        try:
-            decoder = cast(RowsDecoder, _generate_text_rows(info, kind, present, present_after))
-        except _Unsupported:
-            decoder = _lines_of(build_rows_decoder(info.columns, kind, present, present_after))
-        _TEXT_DECODERS[key] = decoder
+        python = functools.partial(python_text_rows_decoder, info, kind, present, present_after)
+        compiled = compiled_decoder(info.columns, kind, present, present_after, python, text=True)
+        decoder = _TEXT_DECODERS[key] = cast(RowsDecoder, compiled) if compiled else python()
     return decoder
+
+
+def python_text_rows_decoder(info: TableInfo, kind: int, present: int, present_after: int = 0) -> RowsDecoder:
+    """The generated Python text decoder of a layout (the generic path where it does not read a column)."""
+    try:
+        return cast(RowsDecoder, _generate_text_rows(info, kind, present, present_after))
+    except _Unsupported:
+        return _lines_of(build_rows_decoder(info.columns, kind, present, present_after))
 
 
 class _TextTableEntry(_TableEntry):

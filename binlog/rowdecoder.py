@@ -8,6 +8,7 @@ RowChange objects; later events of the same layout reuse it from a cache (``buil
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Callable, Sequence
@@ -611,8 +612,19 @@ def build_rows_decoder(columns: Sequence[ColumnInfo], kind: int, present: int, p
     if decoder is None:
         if len(_ROWS_DECODERS) >= 4096:
             _ROWS_DECODERS.clear()
-        decoder = _ROWS_DECODERS[key] = _generate_rows(tuple(columns), kind, present, present_after)
+        from binlog.nativerows import compiled_decoder  # it builds on this module's helpers
+
+        python = functools.partial(_generate_rows, tuple(columns), kind, present, present_after)
+        compiled = compiled_decoder(columns, kind, present, present_after, python)
+        decoder = _ROWS_DECODERS[key] = cast(RowsDecoder, compiled) if compiled else python()
     return decoder
+
+
+def build_python_rows_decoder(
+    columns: Sequence[ColumnInfo], kind: int, present: int, present_after: int = 0
+) -> RowsDecoder:
+    """The generated Python decoder of a layout, whether or not the compiled one reads it (tests compare the two)."""
+    return _generate_rows(tuple(columns), kind, present, present_after)
 
 
 def _generate_rows(columns: tuple[ColumnInfo, ...], kind: int, present: int, present_after: int) -> RowsDecoder:
