@@ -232,52 +232,60 @@ static int decimal_text(const unsigned char *p, int precision, int scale, char *
     return 0;
 }
 
-static PyObject *float_value(const unsigned char *p, PyObject *fallback) {
+/* A FLOAT's text in its common notation into out (room for 32 bytes): "%.6g" when it reads back to the same single
+   and has no exponent. 1 written (*length set), 0 for the Python helper's longer forms, -1 with an exception. */
+static int float_text(const unsigned char *p, char *out, Py_ssize_t *length) {
     float f;
     memcpy(&f, p, 4);
     double v = f;
-    if (v != 0.0) {
-        char *text = PyOS_double_to_string(v, 'g', 6, 0, NULL);
-        if (text == NULL) return NULL;
-        if (strchr(text, 'e') == NULL) {
-            double back = PyOS_string_to_double(text, NULL, NULL);
-            float single = (float)back;
-            if (!(back == -1.0 && PyErr_Occurred()) && memcmp(&single, p, 4) == 0) {
-                PyObject *s = ascii_text(text, (Py_ssize_t)strlen(text));
-                PyMem_Free(text);
-                return s;
-            }
+    if (v == 0.0) return 0;
+    char *text = PyOS_double_to_string(v, 'g', 6, 0, NULL);
+    if (text == NULL) return -1;
+    int written = 0;
+    size_t n = strlen(text);
+    if (strchr(text, 'e') == NULL && n < 32) {
+        double back = PyOS_string_to_double(text, NULL, NULL);
+        float single = (float)back;
+        if (back == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
+        } else if (memcmp(&single, p, 4) == 0) {
+            memcpy(out, text, n);
+            *length = (Py_ssize_t)n;
+            written = 1;
         }
-        PyMem_Free(text);
     }
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)p, 4);
-    if (raw == NULL) return NULL;
-    PyObject *s = PyObject_CallOneArg(fallback, raw);
-    Py_DECREF(raw);
-    return s;
+    PyMem_Free(text);
+    return written;
 }
 
-static PyObject *double_value(const unsigned char *p, PyObject *fallback) {
+/* A DOUBLE's text in fixed notation (repr without its ".0") into out (room for 32 bytes); as float_text. */
+static int double_text(const unsigned char *p, char *out, Py_ssize_t *length) {
     double v;
     memcpy(&v, p, 8);
-    if (-1e15 < v && v < 1e15) {
-        char *text = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-        if (text == NULL) return NULL;
-        if (strchr(text, 'e') == NULL) {
-            size_t n = strlen(text);
-            if (n >= 2 && text[n - 2] == '.' && text[n - 1] == '0') n -= 2;
-            PyObject *s = ascii_text(text, (Py_ssize_t)n);
-            PyMem_Free(text);
-            return s;
-        }
-        PyMem_Free(text);
+    if (!(-1e15 < v && v < 1e15)) return 0;
+    char *text = PyOS_double_to_string(v, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (text == NULL) return -1;
+    int written = 0;
+    size_t n = strlen(text);
+    if (strchr(text, 'e') == NULL && n < 32) {
+        if (n >= 2 && text[n - 2] == '.' && text[n - 1] == '0') n -= 2;
+        memcpy(out, text, n);
+        *length = (Py_ssize_t)n;
+        written = 1;
     }
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)p, 8);
-    if (raw == NULL) return NULL;
-    PyObject *s = PyObject_CallOneArg(fallback, raw);
-    Py_DECREF(raw);
-    return s;
+    PyMem_Free(text);
+    return written;
+}
+
+static PyObject *call_with_bytes(PyObject *callable, const unsigned char *p, Py_ssize_t n);
+
+/* A FLOAT or DOUBLE: its common notation here, its other forms from the Python helper (op->obj). */
+static PyObject *real_value(const Op *op, const unsigned char *p) {
+    char text[32];
+    Py_ssize_t n;
+    int written = op->op == OP_FLOAT ? float_text(p, text, &n) : double_text(p, text, &n);
+    if (written < 0) return NULL;
+    return written ? ascii_text(text, n) : call_with_bytes(op->obj, p, op->size);
 }
 
 static PyObject *table_item(PyObject *table, uint64_t key) {
@@ -337,9 +345,8 @@ static PyObject *fixed_value(const Op *op, const unsigned char *p, int *fallback
         return v;
     }
     case OP_FLOAT:
-        return float_value(p, op->obj);
     case OP_DOUBLE:
-        return double_value(p, op->obj);
+        return real_value(op, p);
     case OP_TIMESTAMP: {
         uint64_t seconds = big(p, 4);
         if (seconds == 0) return ascii_text("0000-00-00 00:00:00", 19);
@@ -589,6 +596,14 @@ static int text_add_str(Text *t, PyObject *s) {
     return text_add(t, utf8, n);
 }
 
+/* Whether text of these bytes is its own repr between single quotes: printable ASCII without a quote or a
+   backslash. */
+static int plain_ascii(const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] >= 0x7f || s[i] == '\'' || s[i] == '\\') return 0;
+    return 1;
+}
+
 /* A value as change_as_text shows it: NULL, 0x and the hex of bytes, a str's repr. */
 static int text_add_value(Text *t, PyObject *v) {
     if (v == Py_None) return text_add(t, "NULL", 4);
@@ -604,11 +619,9 @@ static int text_add_value(Text *t, PyObject *v) {
         return 0;
     }
     if (PyUnicode_CheckExact(v) && PyUnicode_IS_ASCII(v)) {
-        /* A printable ASCII text without a quote or a backslash is its repr between single quotes. */
         const unsigned char *s = PyUnicode_1BYTE_DATA(v);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(v), i = 0;
-        while (i < n && s[i] >= 0x20 && s[i] < 0x7f && s[i] != '\'' && s[i] != '\\') i++;
-        if (i == n) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+        if (plain_ascii(s, n)) {
             if (text_add(t, "'", 1) < 0 || text_add(t, (const char *)s, n) < 0) return -1;
             return text_add(t, "'", 1);
         }
@@ -637,14 +650,38 @@ static int render_image(const Image *image, const unsigned char *buf, Py_ssize_t
             if (text_add(t, "NULL", 4) < 0) return -1;
             continue;
         }
-        if (op->op == OP_INT || op->op == OP_DECIMAL) { /* digits are their own repr: no object in between */
-            char number[96];
+        /* Numbers, and printable ASCII text without quotes or backslashes, are their own repr between quotes: no
+           object in between. */
+        if (op->op == OP_INT || op->op == OP_DECIMAL || op->op == OP_FLOAT || op->op == OP_DOUBLE) {
+            char number[98];
             Py_ssize_t n;
-            if (p + op->size > length || number_text(op, buf + p, number + 1, &n)) return FALLBACK;
-            number[0] = number[n + 1] = '\'';
-            if (text_add(t, number, n + 2) < 0) return -1;
-            p += op->size;
-            continue;
+            int written;
+            if (p + op->size > length) return FALLBACK;
+            if (op->op == OP_INT || op->op == OP_DECIMAL) {
+                if (number_text(op, buf + p, number + 1, &n)) return FALLBACK;
+                written = 1;
+            } else {
+                written = (op->op == OP_FLOAT ? float_text : double_text)(buf + p, number + 1, &n);
+                if (written < 0) return -1;
+            }
+            if (written) {
+                number[0] = number[n + 1] = '\'';
+                if (text_add(t, number, n + 2) < 0) return -1;
+                p += op->size;
+                continue;
+            }
+        } else if (op->op == OP_VAR_TEXT && op->utf8_replace && p + op->size <= length) {
+            Py_ssize_t n = (Py_ssize_t)little(buf + p, op->size);
+            const unsigned char *data = buf + p + op->size;
+            if (n <= length - p - op->size && plain_ascii(data, n)) {
+                if (text_room(t, n + 2) < 0) return -1;
+                t->data[t->length] = '\'';
+                memcpy(t->data + t->length + 1, data, (size_t)n);
+                t->data[t->length + n + 1] = '\'';
+                t->length += n + 2;
+                p += op->size + n;
+                continue;
+            }
         }
         PyObject *v;
         int status = read_value(op, buf, length, &p, &v);
