@@ -8,7 +8,7 @@ cannot be sure of (a row image that runs past the event, a DECIMAL digit group o
 Python decoder, which gives its values or its error exactly.
 
 The module is built by ``python -m devtools.native`` (``scripts/bootstrap`` runs it). Without it, or with
-``BINLOG_NATIVE=0`` in the environment, every layout takes the Python decoders.
+``RELAY_NATIVE=0`` in the environment, every layout takes the Python decoders.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ _BLOBS = (MYSQL_TYPE_BLOB, MYSQL_TYPE_TINY_BLOB, MYSQL_TYPE_MEDIUM_BLOB, MYSQL_T
 
 
 def _load() -> ModuleType | None:
-    if os.environ.get("BINLOG_NATIVE", "1") == "0":
+    if os.environ.get("RELAY_NATIVE", "1") == "0":
         return None
     try:
         module = importlib.import_module("binlog._rows")
@@ -85,7 +85,7 @@ def _load() -> ModuleType | None:
     return module
 
 
-#: The compiled module, or None where it is not built or BINLOG_NATIVE=0 turns it off.
+#: The compiled module, or None where it is not built or RELAY_NATIVE=0 turns it off.
 native: ModuleType | None = _load()
 
 

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import base64
 import enum
+import importlib
 import json
+import os
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
 from .constants import MARKER_TYPES, MAX_NAME, ColumnFlags, EventType, RecordFlags, RecordType
 from .wire import NUL, U32, Reader, name_lstring, text_lstring
@@ -299,8 +301,19 @@ def encode_images(names: Sequence[str], before: Sequence[InValue] | None, after:
     is absent throughout (an INSERT's before, a DELETE's after).
 
     The worker encodes every stored row change this way: the names' bytes come from a cache per table layout, and
-    a change with one image takes a loop without flag arithmetic (about half the cost of the general loop).
+    the columns are encoded by the compiled module (``clientproto/_records.c``) where it is built, else by
+    :func:`encode_images_python`, which gives the same bytes.
     """
+    if _compiled is None:
+        return encode_images_python(names, before, after)
+    return cast(bytes, _compiled.encode_images(_layout(names).names, before, after))
+
+
+def encode_images_python(
+    names: Sequence[str], before: Sequence[InValue] | None, after: Sequence[InValue] | None
+) -> bytes:
+    """:func:`encode_images` in Python: a change with one image takes a loop without flag arithmetic (about half the
+    cost of the general loop)."""
     layout = _layout(names)
     parts: list[bytes | bytearray] = [b""]  # ColumnCount, once known
     if before is None or after is None:
@@ -343,6 +356,21 @@ def encode_images(names: Sequence[str], before: Sequence[InValue] | None, after:
                 parts += (_pack_u32(len(after_data) + 1), after_data, NUL)
     parts[0] = _pack_u32(count)
     return b"".join(parts)
+
+
+def _load_compiled() -> Any:
+    """The compiled column encoder, or None where it is not built or RELAY_NATIVE=0 turns it off."""
+    if os.environ.get("RELAY_NATIVE", "1") == "0":
+        return None
+    try:
+        module = importlib.import_module("clientproto._records")
+    except ImportError:
+        return None
+    module.configure(ABSENT, _BEFORE_NULL, _AFTER_NULL, _BEFORE_ABSENT, _AFTER_ABSENT)
+    return module
+
+
+_compiled = _load_compiled()
 
 
 def encode_event(event: Event) -> bytes:

@@ -1,11 +1,13 @@
-"""Builds the compiled row decoder (``binlog/_rows.c``) in place, beside its Python fallback.
+"""Builds the compiled hot paths in place, each beside the Python code it stands in for.
 
-    .venv/bin/python -m devtools.native          # build when the source is newer than the built module
+    .venv/bin/python -m devtools.native          # build what is missing or older than its source
     .venv/bin/python -m devtools.native --force  # build again
 
-``scripts/bootstrap`` runs it. The relay works without the built module (``binlog/nativerows.py`` then uses the
-generated Python decoders), so a machine without a C compiler still runs it; ``BINLOG_NATIVE=0`` chooses the Python
-decoders where the module is built.
+* ``binlog/_rows.c``: the row decoder (``binlog/nativerows.py``; the generated Python decoders otherwise);
+* ``clientproto/_records.c``: the record form's column bytes (``clientproto.records.encode_images``).
+
+``scripts/bootstrap`` runs it. The relay works without them (the Python code runs instead), so a machine without a
+C compiler still runs it; ``RELAY_NATIVE=0`` chooses the Python code where they are built.
 """
 
 from __future__ import annotations
@@ -15,30 +17,35 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "binlog" / "_rows.c"
+#: Each compiled module: its name and its source.
+MODULES = (("binlog._rows", ROOT / "binlog" / "_rows.c"), ("clientproto._records", ROOT / "clientproto" / "_records.c"))
 
 
-def built_module() -> Path:
-    return ROOT / "binlog" / ("_rows" + str(sysconfig.get_config_var("EXT_SUFFIX")))
+def built_module(name: str) -> Path:
+    return ROOT.joinpath(*name.split(".")).with_name(
+        name.rsplit(".", 1)[1] + str(sysconfig.get_config_var("EXT_SUFFIX"))
+    )
 
 
-def build(force: bool = False) -> Path:
-    """The built module, compiled first when it is missing or older than its source."""
-    target = built_module()
-    if not force and target.exists() and target.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return target
+def build(force: bool = False) -> list[Path]:
+    """The built modules, each compiled first when it is missing or older than its source."""
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
-    extension = Extension("binlog._rows", [str(SOURCE.relative_to(ROOT))], extra_compile_args=["-O2", "-Wall"])
-    distribution = Distribution({"name": "binlog-relay-native", "ext_modules": [extension]})
-    command = build_ext(distribution)
-    command.inplace = True
-    command.force = True
-    command.build_temp = str(ROOT / "build" / "native")
-    command.ensure_finalized()
-    command.run()
-    return target
+    built = []
+    for name, source in MODULES:
+        target = built_module(name)
+        built.append(target)
+        if not force and target.exists() and target.stat().st_mtime >= source.stat().st_mtime:
+            continue
+        extension = Extension(name, [str(source.relative_to(ROOT))], extra_compile_args=["-O2", "-Wall"])
+        command = build_ext(Distribution({"name": "binlog-relay-native", "ext_modules": [extension]}))
+        command.inplace = True
+        command.force = True
+        command.build_temp = str(ROOT / "build" / "native")
+        command.ensure_finalized()
+        command.run()
+    return built
 
 
 def main() -> None:
@@ -48,7 +55,8 @@ def main() -> None:
     import os
 
     os.chdir(ROOT)  # setuptools resolves the source and the in-place target from the current directory
-    print(f"native row decoder: {build(args.force).relative_to(ROOT)}")
+    for target in build(args.force):
+        print(f"compiled: {target.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The compiled row decoder (binlog/_rows.c) against the generated Python decoders: the same values and lines, byte
 for byte, or the same error, for random layouts of every type and random row images, well-formed and not.
 
-These tests load the compiled module whatever BINLOG_NATIVE says (the suite runs once with it on and once with the
+These tests load the compiled module whatever RELAY_NATIVE says (the suite runs once with it on and once with the
 Python decoders alone), so both paths are compared on every run; ``scripts/bootstrap`` builds it.
 """
 
@@ -61,7 +61,7 @@ MALFORMED = (IndexError, struct.error, ValueError, zlib.error)
 
 @pytest.fixture(scope="module")
 def native() -> Any:
-    """The compiled module, loaded even where BINLOG_NATIVE=0 keeps the relay on the Python decoders."""
+    """The compiled module, loaded even where RELAY_NATIVE=0 keeps the relay on the Python decoders."""
     import importlib
 
     module = importlib.import_module("binlog._rows")  # built by scripts/bootstrap: its absence is a failure here
@@ -259,7 +259,7 @@ def _read_by_compiled_code(
 def test_compiled_and_python_decoders_agree_on_random_rows(
     native: Any, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nativerows, "native", native)  # on in this test whatever BINLOG_NATIVE says
+    monkeypatch.setattr(nativerows, "native", native)  # on in this test whatever RELAY_NATIVE says
     rng = random.Random(seed)
     compared = compiled_events = python_events = 0
     for _ in range(400):
@@ -299,14 +299,14 @@ def test_row_decoders_of_the_relay_take_the_compiled_path_when_built(native: Any
     lines, _ = text(buf, 0, len(buf), "s", "t", info.names, "f", 4, 0, "", info, 0)
     assert lines == ["f:4#0 - insert s.t after: id='5', v='h\ufffd'"]
     compiled = nativerows.native is not None
-    assert compiled == (os.environ.get("BINLOG_NATIVE", "1") != "0")
+    assert compiled == (os.environ.get("RELAY_NATIVE", "1") != "0")
     assert hasattr(decoder, "source") != compiled  # the generated Python decoders keep their source
 
 
 def test_the_environment_turns_the_compiled_path_off() -> None:
     probe = "from binlog import nativerows; print(nativerows.native is None)"
     for setting, off in (("0", "True"), ("1", "False")):
-        env = {**os.environ, "BINLOG_NATIVE": setting}
+        env = {**os.environ, "RELAY_NATIVE": setting}
         out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True)
         assert (out.returncode, out.stdout.strip()) == (0, off), out.stderr
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import random
 import struct
+from collections.abc import Callable
 
 import pytest
 
@@ -441,6 +442,37 @@ def test_one_image_columns_encode_as_the_general_loop_does() -> None:
         assert cp.decode_columns(delete) == [Column(c.name, c.after, c.before) for c in expected]
         assert cp.encode_columns(zip(names, image, image, strict=False)) == cp.encode_images(names, image, image)
     assert cp.encode_images(("a",), None, None) == struct.pack("<I", 0)
+
+
+def test_compiled_column_encoder_writes_the_python_encoders_bytes() -> None:
+    """clientproto/_records.c (loaded here whatever RELAY_NATIVE says; scripts/bootstrap builds it) against the Python
+    encoder: the same bytes, or the same error, for random images of every kind of value."""
+    import importlib
+
+    compiled = importlib.import_module("clientproto._records")
+    compiled.configure(ABSENT, 1, 2, 4, 8)
+    rng = random.Random(6)
+    values = ["", "x", "Zoë 中文 😀", "tab\tnul\x00", "lone \udc80", _Text("sub"), b"", b"\x00\xff", bytearray(b"ba"),
+              memoryview(b"mv"), None, ABSENT]  # fmt: skip
+
+    def outcome(encode: Callable[..., bytes], *args: object) -> object:
+        try:
+            return encode(*args)
+        except (UnicodeEncodeError, TypeError) as exc:
+            return type(exc)
+
+    for _ in range(2000):
+        width = rng.randrange(0, 9)
+        names = tuple(rng.choice(["id", "naïve", "a", "b", f"c{width}"]) for _ in range(width))
+        images = [[rng.choice(values) for _ in range(rng.randrange(0, width + 2))] for _side in range(2)]
+        before, after = (None if rng.random() < 0.3 else image for image in images)
+        expected = outcome(records_module.encode_images_python, names, before, after)
+        heads = records_module._layout(names).names
+        assert outcome(compiled.encode_images, heads, before, after) == expected, (names, before, after)
+    for before, after in ((None, [7]), ([7], ["x"]), (["x", "y"], [ABSENT, 7])):  # not a value: refused alike
+        expected = outcome(records_module.encode_images_python, ("a", "b"), before, after)
+        assert expected is TypeError
+        assert outcome(compiled.encode_images, records_module._layout(("a", "b")).names, before, after) is TypeError
 
 
 def test_layout_heads_are_bounded() -> None:
