@@ -5,8 +5,7 @@
    decoders (binlog/rowdecoder.py), byte for byte: what is rare or costly to reproduce is not done here but handed
    back, either per value to the same Python helpers the generated code calls (the operations' tables and callables),
    or per event: a row image that reads past the buffer or a DECIMAL whose digit groups are out of range makes these
-   functions return None, and the caller decodes that event with the Python decoder instead, which gives its exact
-   values or its exact error. */
+   functions hand the event to the Python decoder they are given, which gives its exact values or its exact error. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -463,6 +462,8 @@ static PyObject *image_tuple(const Image *image, const unsigned char *buf, Py_ss
 typedef struct {
     PyObject *first, *second; /* capsules: the images of a row (second: an UPDATE's after image) or None */
     int kind;
+    PyObject *fallback;       /* the Python decoder, called with the event's arguments for an event handed back */
+    PyObject *args;
     PyObject *buf;
     Py_ssize_t p, end;
     PyObject *schema, *table, *names, *file, *pos, *timestamp, *gtid, *info;
@@ -470,12 +471,22 @@ typedef struct {
 } Event;
 
 static int parse_event(PyObject *args, Event *e) {
-    if (!PyArg_ParseTuple(args, "OOiOnnOOOOOOOOn", &e->first, &e->second, &e->kind, &e->buf, &e->p, &e->end,
-                          &e->schema, &e->table, &e->names, &e->file, &e->pos, &e->timestamp, &e->gtid, &e->info,
-                          &e->row))
+    e->args = args;
+    if (!PyArg_ParseTuple(args, "OOiOOnnOOOOOOOOn", &e->first, &e->second, &e->kind, &e->fallback, &e->buf, &e->p,
+                          &e->end, &e->schema, &e->table, &e->names, &e->file, &e->pos, &e->timestamp, &e->gtid,
+                          &e->info, &e->row))
         return -1;
     if (!PyBytes_CheckExact(e->buf) || !PyTuple_Check(e->names) || e->p < 0) return FALLBACK;
     return 0;
+}
+
+/* The event decoded by the Python decoder: its arguments after the compiled decoder's own four. */
+static PyObject *hand_back(const Event *e) {
+    PyObject *rest = PyTuple_GetSlice(e->args, 4, PyTuple_GET_SIZE(e->args));
+    if (rest == NULL) return NULL;
+    PyObject *result = PyObject_Call(e->fallback, rest, NULL);
+    Py_DECREF(rest);
+    return result;
 }
 
 static const Image *image_of(PyObject *capsule) {
@@ -487,13 +498,13 @@ static void set_slot(PyObject *object, int slot, PyObject *value) {
     Py_XSETREF(*place, value);
 }
 
-/* decode_rows(first, second, kind, buf, p, end, schema, table, names, file, pos, timestamp, gtid, info, row):
-   ([RowChange], p), or None: decode the event with the Python decoder. */
+/* decode_rows(first, second, kind, fallback, buf, p, end, schema, table, names, file, pos, timestamp, gtid, info,
+   row): ([RowChange], p), or what fallback (the Python decoder) gives for an event handed back. */
 static PyObject *decode_rows(PyObject *self, PyObject *args) {
     Event e;
     int status = parse_event(args, &e);
     if (status < 0) return NULL;
-    if (status == FALLBACK || RowChangeType == NULL) Py_RETURN_NONE;
+    if (status == FALLBACK || RowChangeType == NULL) return hand_back(&e);
     const Image *first = image_of(e.first), *second = image_of(e.second);
     if ((first == NULL && e.first != Py_None) || (second == NULL && e.second != Py_None)) return NULL;
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(e.buf);
@@ -549,7 +560,7 @@ failed:
     if (status == FALLBACK) {
         Py_XDECREF(out);
         Py_XDECREF(kind);
-        Py_RETURN_NONE;
+        return hand_back(&e);
     }
 error:
     Py_XDECREF(out);
@@ -694,22 +705,22 @@ static int render_image(const Image *image, const unsigned char *buf, Py_ssize_t
     return 0;
 }
 
-/* text_rows(first, second, kind, buf, p, end, schema, table, names, file, pos, timestamp, gtid, info, row): each
-   row's line as change_as_text writes it, and p; or None: decode the event with the Python decoder. */
+/* text_rows(first, second, kind, fallback, buf, p, ...): each row's line as change_as_text writes it, and p; or what
+   fallback (the Python text decoder) gives for an event handed back. */
 static PyObject *text_rows(PyObject *self, PyObject *args) {
     Event e;
     int status = parse_event(args, &e);
     if (status < 0) return NULL;
-    if (status == FALLBACK) Py_RETURN_NONE;
+    if (status == FALLBACK) return hand_back(&e);
     const Image *first = image_of(e.first), *second = image_of(e.second);
     if ((first == NULL && e.first != Py_None) || (second == NULL && e.second != Py_None)) return NULL;
     const char *kind_name = e.kind == 1 ? "insert" : e.kind == 2 ? "update" : e.kind == 4 ? "delete" : NULL;
     if (first == NULL || kind_name == NULL || PyTuple_GET_SIZE(e.names) < first->ncolumns ||
         (second != NULL && second->ncolumns != first->ncolumns) || !PyUnicode_Check(e.file) ||
         !PyUnicode_Check(e.gtid) || !PyUnicode_Check(e.schema) || !PyUnicode_Check(e.table))
-        Py_RETURN_NONE;
+        return hand_back(&e);
     for (Py_ssize_t i = 0; i < first->ncolumns; i++)
-        if (!PyUnicode_Check(PyTuple_GET_ITEM(e.names, i))) Py_RETURN_NONE;
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(e.names, i))) return hand_back(&e);
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(e.buf);
     Py_ssize_t length = PyBytes_GET_SIZE(e.buf), p = e.p;
     const char *label = second != NULL || e.kind == 4 ? " before: " : " after: ";
@@ -757,7 +768,7 @@ done:
        which the Python path writes as it can): the caller decodes the event in Python. */
     if (status == FALLBACK || (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))) {
         PyErr_Clear();
-        Py_RETURN_NONE;
+        return hand_back(&e);
     }
     return NULL;
 }
@@ -783,8 +794,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Set the row change class and the value of a column left out."},
     {"compile_image", compile_image, METH_VARARGS, "A row image's operations, compiled."},
-    {"decode_rows", decode_rows, METH_VARARGS, "An event's rows as RowChange objects (None: use the Python path)."},
-    {"text_rows", text_rows, METH_VARARGS, "An event's rows as dump's lines (None: use the Python path)."},
+    {"decode_rows", decode_rows, METH_VARARGS, "An event's rows as RowChange objects."},
+    {"text_rows", text_rows, METH_VARARGS, "An event's rows as dump's lines."},
     {NULL, NULL, 0, NULL},
 };
 

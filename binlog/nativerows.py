@@ -13,6 +13,7 @@ The module is built by ``python -m devtools.native`` (``scripts/bootstrap`` runs
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import struct
@@ -231,7 +232,7 @@ def compiled_decoder(
 ) -> Decoder | None:  # fmt: skip
     """A decoder of an event's rows by the compiled module, or None where it is not built or a column is not one
     it reads. ``text``: dump's lines instead of RowChange objects. ``fallback`` makes the Python decoder of the
-    layout (called on first need) for the events the compiled one hands back."""
+    layout (on first need) for the events the compiled one hands back."""
     if native is None or kind not in (KIND_INSERT, KIND_UPDATE, KIND_DELETE):
         return None
     try:
@@ -242,14 +243,19 @@ def compiled_decoder(
     except _Unsupported:
         return None
     decode_event = native.text_rows if text else native.decode_rows
-    python: list[Decoder] = []
+    return cast(Decoder, functools.partial(decode_event, first, second, kind, _OnFirstUse(fallback)))
 
-    def decode(buf: bytes, p: int, end: int, *rest: Any) -> tuple[list[Any], int]:
-        result = decode_event(first, second, kind, buf, p, end, *rest)
-        if result is None:
-            if not python:
-                python.append(fallback())
-            return python[0](buf, p, end, *rest)
-        return cast(tuple[list[Any], int], result)
 
-    return decode
+class _OnFirstUse:
+    """The Python decoder of a layout, made when the compiled one first hands it an event (most layouts never)."""
+
+    __slots__ = ("decoder", "make")
+
+    def __init__(self, make: Callable[[], Decoder]) -> None:
+        self.make = make
+        self.decoder: Decoder | None = None
+
+    def __call__(self, *event: Any) -> tuple[list[Any], int]:
+        if self.decoder is None:
+            self.decoder = self.make()
+        return self.decoder(*event)
