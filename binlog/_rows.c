@@ -15,7 +15,8 @@
 enum {
     OP_INT = 1,      /* little-endian integer of `size` bytes, a = unsigned: its decimal text */
     OP_TABLE_INT,    /* little-endian unsigned of `size` bytes: obj[that number] */
-    OP_TABLE_BYTES,  /* obj[the `size` raw bytes] */
+    OP_TEMPORAL,     /* DATE (a = 0) or DATETIME2 (a = 1, b = its precision): its text here when its fields are in
+                        range, else obj[the `size` raw bytes] (the Python decoders' memo) */
     OP_DECIMAL,      /* NEWDECIMAL, a = precision, b = scale */
     OP_FLOAT,        /* FLOAT: "%.6g" when it reads back to the same single, else obj(raw) */
     OP_DOUBLE,       /* DOUBLE: repr in fixed notation, else obj(raw) */
@@ -278,15 +279,6 @@ static int double_text(const unsigned char *p, char *out, Py_ssize_t *length) {
 
 static PyObject *call_with_bytes(PyObject *callable, const unsigned char *p, Py_ssize_t n);
 
-/* A FLOAT or DOUBLE: its common notation here, its other forms from the Python helper (op->obj). */
-static PyObject *real_value(const Op *op, const unsigned char *p) {
-    char text[32];
-    Py_ssize_t n;
-    int written = op->op == OP_FLOAT ? float_text(p, text, &n) : double_text(p, text, &n);
-    if (written < 0) return NULL;
-    return written ? ascii_text(text, n) : call_with_bytes(op->obj, p, op->size);
-}
-
 static PyObject *table_item(PyObject *table, uint64_t key) {
     if (PyTuple_CheckExact(table) && key < (uint64_t)PyTuple_GET_SIZE(table))
         return Py_NewRef(PyTuple_GET_ITEM(table, (Py_ssize_t)key));
@@ -321,31 +313,112 @@ static int number_text(const Op *op, const unsigned char *p, char *out, Py_ssize
     return 0;
 }
 
-/* One fixed-size value at p (the op's size bytes are there). */
-static PyObject *fixed_value(const Op *op, const unsigned char *p, int *fallback) {
+/* n (>= 0) with at least `width` digits at out; how many written. */
+static Py_ssize_t padded(uint64_t n, int width, char *out) {
+    char digits[20];
+    int count = (int)unsigned_text(n, digits);
+    int zeros = count < width ? width - count : 0;
+    memset(out, '0', (size_t)zeros);
+    memcpy(out + zeros, digits, (size_t)count);
+    return zeros + count;
+}
+
+/* A DATE's or DATETIME2's text into out (room for 40 bytes), as values.date_text and values._datetime2_from_bytes
+   write it; 0 where a DATETIME2's fields are out of range (the memo says what such bytes give). */
+static int temporal_text(const Op *op, const unsigned char *p, char *out, Py_ssize_t *length) {
+    char *w = out;
+    uint64_t ymd;
+    if (op->a == 0) {
+        uint64_t value = little(p, 3);
+        w += padded(value >> 9, 4, w);
+        *w++ = '-';
+        w += padded(value >> 5 & 15, 2, w);
+        *w++ = '-';
+        w += padded(value & 31, 2, w);
+        *length = w - out;
+        return 1;
+    }
+    uint64_t raw = big(p, 5);
+    if (raw < 0x8000000000ULL) return 0;
+    uint64_t packed = raw - 0x8000000000ULL, hms = packed & 0x1FFFF;
+    int fsp = op->b;
+    uint64_t usec = fsp == 0 ? 0 : fsp <= 2 ? (uint64_t)p[5] * 10000 : fsp <= 4 ? big(p + 5, 2) * 100 : big(p + 5, 3);
+    if (hms >> 12 >= 24 || (hms >> 6 & 63) >= 60 || (hms & 63) >= 60 || usec >= 1000000) return 0;
+    ymd = packed >> 17;
+    w += padded((ymd >> 5) / 13, 4, w);
+    *w++ = '-';
+    w += padded((ymd >> 5) % 13, 2, w);
+    *w++ = '-';
+    w += padded(ymd & 31, 2, w);
+    *w++ = ' ';
+    w += padded(hms >> 12, 2, w);
+    *w++ = ':';
+    w += padded(hms >> 6 & 63, 2, w);
+    *w++ = ':';
+    w += padded(hms & 63, 2, w);
+    if (fsp) {
+        char digits[8];
+        padded(usec, 6, digits);
+        *w++ = '.';
+        memcpy(w, digits, (size_t)fsp);
+        w += fsp;
+    }
+    *length = w - out;
+    return 1;
+}
+
+#define WRITTEN 2
+
+/* The text of a value that this module writes itself (numbers, FLOAT and DOUBLE in their common notation, DATE and
+   DATETIME2 in range) into out (room for 98 bytes): WRITTEN, 0 when the op's Python helper or memo must give it,
+   FALLBACK for the Python decoder, -1 with an exception. */
+static int direct_text(const Op *op, const unsigned char *p, char *out, Py_ssize_t *length) {
+    int written;
     switch (op->op) {
     case OP_INT:
-    case OP_DECIMAL: {
-        char text[96];
-        Py_ssize_t n;
-        if (number_text(op, p, text, &n)) {
-            *fallback = 1;
-            return NULL;
-        }
-        return ascii_text(text, n);
+    case OP_DECIMAL:
+        return number_text(op, p, out, length) ? FALLBACK : WRITTEN;
+    case OP_FLOAT:
+        written = float_text(p, out, length);
+        break;
+    case OP_DOUBLE:
+        written = double_text(p, out, length);
+        break;
+    case OP_TEMPORAL:
+        written = temporal_text(op, p, out, length);
+        break;
+    default:
+        return 0;
     }
-    case OP_TABLE_INT:
-        return table_item(op->obj, little(p, op->size));
-    case OP_TABLE_BYTES: {
+    return written > 0 ? WRITTEN : written;
+}
+
+/* One fixed-size value at p (the op's size bytes are there). */
+static PyObject *fixed_value(const Op *op, const unsigned char *p, int *fallback) {
+    char text[98];
+    Py_ssize_t n;
+    switch (direct_text(op, p, text, &n)) {
+    case WRITTEN:
+        return ascii_text(text, n);
+    case FALLBACK:
+        *fallback = 1;
+        return NULL;
+    case -1:
+        return NULL;
+    }
+    switch (op->op) {
+    case OP_FLOAT:
+    case OP_DOUBLE:
+        return call_with_bytes(op->obj, p, op->size);
+    case OP_TEMPORAL: {
         PyObject *key = PyBytes_FromStringAndSize((const char *)p, op->size);
         if (key == NULL) return NULL;
         PyObject *v = PyObject_GetItem(op->obj, key);
         Py_DECREF(key);
         return v;
     }
-    case OP_FLOAT:
-    case OP_DOUBLE:
-        return real_value(op, p);
+    case OP_TABLE_INT:
+        return table_item(op->obj, little(p, op->size));
     case OP_TIMESTAMP: {
         uint64_t seconds = big(p, 4);
         if (seconds == 0) return ascii_text("0000-00-00 00:00:00", 19);
@@ -663,25 +736,18 @@ static int render_image(const Image *image, const unsigned char *buf, Py_ssize_t
         }
         /* Numbers, and printable ASCII text without quotes or backslashes, are their own repr between quotes: no
            object in between. */
-        if (op->op == OP_INT || op->op == OP_DECIMAL || op->op == OP_FLOAT || op->op == OP_DOUBLE) {
-            char number[98];
+        if (fixed_op(op->op)) {
+            char text[100];
             Py_ssize_t n;
-            int written;
             if (p + op->size > length) return FALLBACK;
-            if (op->op == OP_INT || op->op == OP_DECIMAL) {
-                if (number_text(op, buf + p, number + 1, &n)) return FALLBACK;
-                written = 1;
-            } else {
-                written = (op->op == OP_FLOAT ? float_text : double_text)(buf + p, number + 1, &n);
-                if (written < 0) return -1;
-            }
-            if (written) {
-                number[0] = number[n + 1] = '\'';
-                if (text_add(t, number, n + 2) < 0) return -1;
+            int written = direct_text(op, buf + p, text + 1, &n);
+            if (written < 0 || written == FALLBACK) return written;
+            if (written == WRITTEN) {
+                text[0] = text[n + 1] = '\'';
+                if (text_add(t, text, n + 2) < 0) return -1;
                 p += op->size;
                 continue;
-            }
-        } else if (op->op == OP_VAR_TEXT && op->utf8_replace && p + op->size <= length) {
+            }        } else if (op->op == OP_VAR_TEXT && op->utf8_replace && p + op->size <= length) {
             Py_ssize_t n = (Py_ssize_t)little(buf + p, op->size);
             const unsigned char *data = buf + p + op->size;
             if (n <= length - p - op->size && plain_ascii(data, n)) {

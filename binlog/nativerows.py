@@ -65,7 +65,7 @@ from binlog.rowdecoder import fixed_size
 from binlog.table import ColumnInfo
 
 # The operations of binlog/_rows.c.
-OP_INT, OP_TABLE_INT, OP_TABLE_BYTES, OP_DECIMAL, OP_FLOAT, OP_DOUBLE, OP_TIMESTAMP, OP_CALL = range(1, 9)
+OP_INT, OP_TABLE_INT, OP_TEMPORAL, OP_DECIMAL, OP_FLOAT, OP_DOUBLE, OP_TIMESTAMP, OP_CALL = range(1, 9)
 OP_VAR_TEXT, OP_VAR_BYTES, OP_VAR_CALL, OP_TIME2 = range(9, 13)
 
 #: (index, nullable, operation, size, a, b, obj, obj2), as compile_image takes them.
@@ -131,9 +131,9 @@ def _fixed_operation(column: ColumnInfo, size: int) -> tuple[int, int, int, obje
     if t == MYSQL_TYPE_DOUBLE:
         return OP_DOUBLE, 0, 0, _values.double_text, None
     if t in (MYSQL_TYPE_DATE, MYSQL_TYPE_NEWDATE):
-        return OP_TABLE_BYTES, 0, 0, _values.DATE_TEXT, None
+        return OP_TEMPORAL, 0, 0, _values.DATE_TEXT, None
     if t == MYSQL_TYPE_DATETIME2:
-        return OP_TABLE_BYTES, 0, 0, _values.DATETIME2_BYTES[meta], None
+        return OP_TEMPORAL, 1, meta, _values.DATETIME2_BYTES[meta], None
     if t == MYSQL_TYPE_TIMESTAMP2:
         if meta == 0:
             return OP_TIMESTAMP, 0, 0, _values.DAY_TEXT, _values.SECONDS_OF_DAY
