@@ -867,4 +867,14 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "binlog._rows", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__rows(void) { return PyModule_Create(&module); }
+#ifndef SOURCE_SHA1
+#define SOURCE_SHA1 ""
+#endif
+
+/* The module, with the SHA-1 of the source it was built from (devtools/native.py defines it): a build older than
+   its source is not used. */
+PyMODINIT_FUNC PyInit__rows(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "SOURCE_SHA1", SOURCE_SHA1) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import base64
 import enum
+import hashlib
 import importlib
 import json
+import logging
 import os
 import struct
 from collections.abc import Iterable, Sequence
@@ -359,18 +361,33 @@ def encode_images_python(
 
 
 def _load_compiled() -> Any:
-    """The compiled column encoder, or None where it is not built or RELAY_NATIVE=0 turns it off."""
+    """The compiled column encoder, or None where it is not built, was built from another version of its source
+    (said in the log), or RELAY_NATIVE=0 turns it off."""
     if os.environ.get("RELAY_NATIVE", "1") == "0":
         return None
     try:
         module = importlib.import_module("clientproto._records")
     except ImportError:
         return None
+    source = os.path.join(os.path.dirname(__file__), "_records.c")
+    with open(source, "rb") as file:
+        if hashlib.sha1(file.read()).hexdigest() != module.SOURCE_SHA1:
+            logging.getLogger(__name__).warning(
+                "%s was built from another version of %s: it is not used (scripts/bootstrap builds it again)",
+                module.__file__,
+                source,
+            )
+            return None
     module.configure(ABSENT, _BEFORE_NULL, _AFTER_NULL, _BEFORE_ABSENT, _AFTER_ABSENT)
     return module
 
 
 _compiled = _load_compiled()
+
+
+def compiled_encoder() -> Any:
+    """The compiled column encoder in use, or None where :func:`encode_images` runs in Python."""
+    return _compiled
 
 
 def encode_event(event: Event) -> bytes:

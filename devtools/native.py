@@ -1,6 +1,6 @@
 """Builds the compiled hot paths in place, each beside the Python code it stands in for.
 
-    .venv/bin/python -m devtools.native          # build what is missing or older than its source
+    .venv/bin/python -m devtools.native          # build what is missing or built from another version of its source
     .venv/bin/python -m devtools.native --force  # build again
 
 * ``binlog/_rows.c``: the row decoder (``binlog/nativerows.py``; the generated Python decoders otherwise);
@@ -13,6 +13,7 @@ C compiler still runs it; ``RELAY_NATIVE=0`` chooses the Python code where they 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sysconfig
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def built_module(name: str) -> Path:
 
 
 def build(force: bool = False) -> list[Path]:
-    """The built modules, each compiled first when it is missing or older than its source."""
+    """The built modules, each compiled first when it is missing or was built from another version of its source."""
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
 
@@ -36,9 +37,15 @@ def build(force: bool = False) -> list[Path]:
     for name, source in MODULES:
         target = built_module(name)
         built.append(target)
-        if not force and target.exists() and target.stat().st_mtime >= source.stat().st_mtime:
+        digest = hashlib.sha1(source.read_bytes()).hexdigest()  # in the module, checked when it is loaded
+        if not force and target.exists() and digest.encode() in target.read_bytes():
             continue
-        extension = Extension(name, [str(source.relative_to(ROOT))], extra_compile_args=["-O2", "-Wall"])
+        extension = Extension(
+            name,
+            [str(source.relative_to(ROOT))],
+            define_macros=[("SOURCE_SHA1", f'"{digest}"')],
+            extra_compile_args=["-O2", "-Wall"],
+        )
         command = build_ext(Distribution({"name": "binlog-relay-native", "ext_modules": [extension]}))
         command.inplace = True
         command.force = True

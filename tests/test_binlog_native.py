@@ -321,3 +321,15 @@ def test_a_layout_the_compiled_decoder_does_not_read_takes_the_python_decoder(na
     assert nativerows.compiled_decoder(columns, KIND_INSERT, 1, 0, lambda: pytest.fail("not called")) is None
     with pytest.raises(ValueError, match="operation 0 is malformed"):
         native.compile_image(1, [(5, False, 1, 4, 0, 0, None, None)])  # a column index past the layout
+
+
+def test_a_build_from_another_version_of_its_source_is_not_used(
+    native: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = ROOT / "binlog" / "_rows.c"
+    assert nativerows.built_from_source(native, source)  # scripts/bootstrap built it from the source as it is
+    changed = tmp_path / "_rows.c"
+    changed.write_bytes(source.read_bytes() + b"/* changed */\n")
+    assert not nativerows.built_from_source(native, changed)
+    assert "built from another version of _rows.c" in caplog.text
+    assert "the Python code runs instead" in caplog.text

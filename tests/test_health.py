@@ -3,6 +3,7 @@ the source writes, seen through /healthz, the overview's banner and /metrics."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import tempfile
@@ -164,6 +165,15 @@ def metric(client: HttpClient, name: str) -> float:
     match = re.search(rf"^{name} (\S+)$", text, re.M)
     assert match, text
     return float(match.group(1))
+
+
+@pytest.mark.django_db
+def test_metrics_say_whether_the_compiled_paths_run(viewer: HttpClient) -> None:
+    """The suite runs with them on one store and off on the other (scripts/test): the gauge follows RELAY_NATIVE."""
+    expected = 0 if os.environ.get("RELAY_NATIVE", "1") == "0" else 1
+    text = viewer.get("/metrics").content.decode()
+    for path in ("row_decoder", "record_encoder"):
+        assert f'relay_compiled_path{{path="{path}"}} {expected}' in text
 
 
 def banner(viewer: HttpClient) -> str:
