@@ -580,6 +580,7 @@ static PyObject *decode_rows(PyObject *self, PyObject *args) {
     if (status == FALLBACK || RowChangeType == NULL) return hand_back(&e);
     const Image *first = image_of(e.first), *second = image_of(e.second);
     if ((first == NULL && e.first != Py_None) || (second == NULL && e.second != Py_None)) return NULL;
+    if (first == NULL || (second != NULL && second->ncolumns != first->ncolumns)) return hand_back(&e);
     const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(e.buf);
     Py_ssize_t length = PyBytes_GET_SIZE(e.buf), p = e.p;
     PyObject *out = PyList_New(0), *kind = PyLong_FromLong(e.kind);
