@@ -586,6 +586,7 @@ static PyObject *decode_rows(PyObject *self, PyObject *args) {
     PyObject *out = PyList_New(0), *kind = PyLong_FromLong(e.kind);
     if (out == NULL || kind == NULL) goto error;
     for (Py_ssize_t row = e.row; p < e.end; row++) {
+        Py_ssize_t start = p;
         PyObject *a = image_tuple(first, buf, length, &p, &status), *b = NULL;
         if (a == NULL) goto failed;
         if (second != NULL) {
@@ -594,6 +595,12 @@ static PyObject *decode_rows(PyObject *self, PyObject *args) {
                 Py_DECREF(a);
                 goto failed;
             }
+        }
+        if (p == start) { /* a row of no bytes: the rows would never end (the parser refuses such events) */
+            Py_DECREF(a);
+            Py_XDECREF(b);
+            status = FALLBACK;
+            goto failed;
         }
         PyObject *change = RowChangeType->tp_alloc(RowChangeType, 0);
         PyObject *number = PyLong_FromSsize_t(row);
@@ -814,8 +821,10 @@ static PyObject *text_rows(PyObject *self, PyObject *args) {
         if (text_add(&line, head.data, number_at) < 0 || text_add(&line, number, n) < 0 ||
             text_add(&line, head.data + number_at, head.length - number_at) < 0)
             goto done;
+        Py_ssize_t start = p;
         status = render_image(first, buf, length, &p, e.names, &line, label);
         if (status == 0 && second != NULL) status = render_image(second, buf, length, &p, e.names, &line, " after: ");
+        if (status == 0 && p == start) status = FALLBACK; /* a row of no bytes, as in decode_rows */
         if (status) goto done;
         PyObject *s = line.ascii ? ascii_text(line.data, line.length)
                                  : PyUnicode_DecodeUTF8(line.data, line.length, NULL);

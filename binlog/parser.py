@@ -540,6 +540,12 @@ class EventDecoder:
             p += bitmap_len
         if p > end:
             raise TruncatedEventError(f"rows event at {self.file}:{log_pos} ends inside its header")
+        if not present and not (update and present_after) and p < end:
+            # A row of no columns takes no bytes: its rows would never end (every decoder would loop for ever).
+            raise TruncatedEventError(
+                f"rows event at {self.file}:{log_pos} ({info.schema}.{info.table}) has rows but no column in its "
+                "row image"
+            )
         if event_type in COMPRESSED_ROWS_EVENTS:
             event = _uncompress_block(event[p:end])
             p, end = 0, len(event)

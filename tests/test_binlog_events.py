@@ -235,6 +235,22 @@ def test_truncated_event_raises(real_events: tuple[str, list[bytes]]) -> None:
         decoder.feed(b"\x00" * 10)
 
 
+def test_rows_without_a_column_in_their_image_are_refused(real_events: tuple[str, list[bytes]]) -> None:
+    """A rows event whose columns-present bitmap is empty but which carries bytes: its rows would take no bytes each,
+    and a decoder would make them for ever (until memory runs out)."""
+    name, events = real_events
+    index = next(i for i, e in enumerate(events) if e[4] == WRITE_ROWS_EVENT_V1)
+    decoder = EventDecoder(file=name)
+    for event in events[:index]:
+        decoder.feed(event)
+    event = bytearray(events[index])
+    bitmap_at = 19 + decoder.fde.post_header_len(WRITE_ROWS_EVENT_V1) + 1  # after the column count (one byte)
+    assert event[bitmap_at] == 0b11  # both columns present
+    event[bitmap_at] = 0
+    with pytest.raises(TruncatedEventError, match="has rows but no column in its row image"):
+        decoder.feed(_with_crc(bytes(event)))
+
+
 def test_truncated_file_raises_naming_file_and_position(tmp_path: Path, real_events: tuple[str, list[bytes]]) -> None:
     name, events = real_events
     data = b"\xfebin" + b"".join(events)
