@@ -100,7 +100,9 @@ static PyObject *compile_image(PyObject *self, PyObject *args) {
         op->obj = Py_NewRef(obj);
         op->obj2 = Py_NewRef(obj2);
         if (op->index < 0 || op->index >= ncolumns || op->op < OP_INT || op->op > OP_TIME2 || op->size < 0 ||
-            op->size > 64) {
+            op->size > 65535 || (op->op == OP_DECIMAL && (op->b > op->a || op->a > 80)) ||
+            (op->op == OP_TEMPORAL && (op->a ? op->b < 0 || op->b > 6 || op->size != 5 + (op->b + 1) / 2
+                                             : op->size != 3))) {
             PyErr_Format(PyExc_ValueError, "operation %zd is malformed", i);
             goto fail;
         }

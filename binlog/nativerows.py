@@ -263,7 +263,7 @@ def compiled_decoder(
         second = None
         if kind == KIND_UPDATE:
             second = native.compile_image(len(columns), image_operations(columns, present_after))
-    except _Unsupported:
+    except (_Unsupported, ValueError):  # ValueError: operations the compiled module refuses (odd metadata)
         return None
     decode_event = native.text_rows if text else native.decode_rows
     return cast(Decoder, functools.partial(decode_event, first, second, kind, _OnFirstUse(fallback)))

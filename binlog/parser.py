@@ -363,7 +363,12 @@ class EventDecoder:
         body = bytes(body)
         entry = self._map_cache.get(body)
         if entry is None:
-            table_map = parse_table_map(body, self.fde.post_header_len(TABLE_MAP_EVENT), mariadb=self.fde.is_mariadb)
+            try:
+                table_map = parse_table_map(
+                    body, self.fde.post_header_len(TABLE_MAP_EVENT), mariadb=self.fde.is_mariadb
+                )
+            except (IndexError, struct.error, ValueError, OverflowError) as exc:
+                raise TruncatedEventError(f"TABLE_MAP event at {self.file}:{log_pos} is malformed: {exc}") from exc
             entry = _TableEntry(table_map, self.resolver.resolve(table_map))
             if len(self._map_cache) > 10000:
                 self._map_cache.clear()
@@ -532,11 +537,12 @@ class EventDecoder:
                 f"({info.schema}.{info.table}) {len(info.columns)}"
             )
         bitmap_len = (ncols + 7) >> 3
-        present = int.from_bytes(event[p : p + bitmap_len], "little")
+        columns = (1 << ncols) - 1  # bits past the last column (the bitmap's padding) name no column
+        present = int.from_bytes(event[p : p + bitmap_len], "little") & columns
         p += bitmap_len
         update = event_type in UPDATE_ROWS_EVENTS
         if update:
-            present_after = int.from_bytes(event[p : p + bitmap_len], "little")
+            present_after = int.from_bytes(event[p : p + bitmap_len], "little") & columns
             p += bitmap_len
         if p > end:
             raise TruncatedEventError(f"rows event at {self.file}:{log_pos} ends inside its header")
@@ -575,7 +581,7 @@ class EventDecoder:
                 info,
                 first_row,
             )
-        except (IndexError, struct.error, ValueError, zlib.error) as exc:
+        except (IndexError, struct.error, ValueError, OverflowError, zlib.error) as exc:
             raise TruncatedEventError(
                 f"rows event at {self.file}:{log_pos} ({info.schema}.{info.table}) is malformed: {exc}"
             ) from exc

@@ -151,6 +151,7 @@ def parse_table_map(body: bytes, post_header_len: int, *, mariadb: bool = False)
                 t, meta = real, length
         elif t in (MYSQL_TYPE_ENUM, MYSQL_TYPE_SET):
             meta &= 0xFF
+        _check_meta(schema, table, len(types), t, meta)
         types.append(t)
         metas.append(meta)
     if pos > meta_end:
@@ -163,6 +164,24 @@ def parse_table_map(body: bytes, post_header_len: int, *, mariadb: bool = False)
     nullable = [bool(null_bits >> i & 1) for i in range(count)]
     optional = _parse_optional(body, pos, types, mariadb) if pos < len(body) else None
     return TableMap(table_id, schema, table, types, metas, nullable, optional, flags)
+
+
+def _check_meta(schema: str, table: str, index: int, type_code: int, meta: int) -> None:
+    """Refuse metadata that no server writes and that would give a column no defined size: a length prefix of more
+    than 4 bytes, a fractional precision over 6, a DECIMAL beyond 65 digits or with more fraction than digits."""
+    bad = False
+    if type_code in BLOB_TYPES or type_code in (MYSQL_TYPE_GEOMETRY, MYSQL_TYPE_JSON):
+        bad = not 1 <= meta <= 4
+    elif type_code in (MYSQL_TYPE_DATETIME2, MYSQL_TYPE_TIMESTAMP2, MYSQL_TYPE_TIME2):
+        bad = meta > 6
+    elif type_code == MYSQL_TYPE_NEWDECIMAL:
+        precision, scale = meta >> 8, meta & 0xFF
+        bad = not (1 <= precision <= 65 and scale <= min(precision, 30))
+    if bad:
+        raise TruncatedEventError(
+            f"TABLE_MAP of {schema}.{table}: column {index + 1} has type {type_code} with metadata {meta:#x}, which "
+            "no server writes"
+        )
 
 
 def _msb_bits(data: bytes, count: int) -> list[bool]:

@@ -243,12 +243,13 @@ def test_rows_without_a_column_in_their_image_are_refused(real_events: tuple[str
     decoder = EventDecoder(file=name)
     for event in events[:index]:
         decoder.feed(event)
-    event = bytearray(events[index])
     bitmap_at = 19 + decoder.fde.post_header_len(WRITE_ROWS_EVENT_V1) + 1  # after the column count (one byte)
-    assert event[bitmap_at] == 0b11  # both columns present
-    event[bitmap_at] = 0
-    with pytest.raises(TruncatedEventError, match="has rows but no column in its row image"):
-        decoder.feed(_with_crc(bytes(event)))
+    assert events[index][bitmap_at] == 0b11  # both columns present
+    for bitmap in (0, 0b11111100):  # no bit set, or only the bitmap's padding past the two columns
+        event = bytearray(events[index])
+        event[bitmap_at] = bitmap
+        with pytest.raises(TruncatedEventError, match="has rows but no column in its row image"):
+            decoder.feed(_with_crc(bytes(event)))
 
 
 def test_truncated_file_raises_naming_file_and_position(tmp_path: Path, real_events: tuple[str, list[bytes]]) -> None:

@@ -56,7 +56,7 @@ from binlog.table import ColumnInfo, TableInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The errors of a row decoder that the parser reports as a malformed rows event (EventDecoder._rows).
-MALFORMED = (IndexError, struct.error, ValueError, zlib.error)
+MALFORMED = (IndexError, struct.error, ValueError, OverflowError, zlib.error)
 
 
 @pytest.fixture(scope="module")
