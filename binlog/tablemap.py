@@ -168,7 +168,8 @@ def parse_table_map(body: bytes, post_header_len: int, *, mariadb: bool = False)
 
 def _check_meta(schema: str, table: str, index: int, type_code: int, meta: int) -> None:
     """Refuse metadata that no server writes and that would give a column no defined size: a length prefix of more
-    than 4 bytes, a fractional precision over 6, a DECIMAL beyond 65 digits or with more fraction than digits."""
+    than 4 bytes, a fractional precision over 6, a DECIMAL beyond 65 digits or with more fraction digits than
+    digits (MariaDB allows 38 of them)."""
     bad = False
     if type_code in BLOB_TYPES or type_code in (MYSQL_TYPE_GEOMETRY, MYSQL_TYPE_JSON):
         bad = not 1 <= meta <= 4
@@ -176,7 +177,7 @@ def _check_meta(schema: str, table: str, index: int, type_code: int, meta: int) 
         bad = meta > 6
     elif type_code == MYSQL_TYPE_NEWDECIMAL:
         precision, scale = meta >> 8, meta & 0xFF
-        bad = not (1 <= precision <= 65 and scale <= min(precision, 30))
+        bad = not (1 <= precision <= 65 and scale <= min(precision, 38))
     if bad:
         raise TruncatedEventError(
             f"TABLE_MAP of {schema}.{table}: column {index + 1} has type {type_code} with metadata {meta:#x}, which "

@@ -85,7 +85,7 @@ def _column(rng: random.Random, index: int) -> ColumnInfo:
     elif pick == 5:
         t = MYSQL_TYPE_NEWDECIMAL
         precision = rng.randint(1, 65)
-        meta = precision << 8 | rng.randint(0, min(precision, 30))
+        meta = precision << 8 | rng.randint(0, min(precision, 38))  # MariaDB allows 38 fraction digits
     elif pick == 6:
         t = MYSQL_TYPE_FLOAT
     elif pick == 7:
