@@ -38,7 +38,6 @@ typedef struct {
 
 typedef struct {
     Py_ssize_t ncolumns, nops, null_bytes;
-    int any_nullable;
     Op ops[];
 } Image;
 
@@ -118,7 +117,6 @@ static PyObject *compile_image(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_ValueError, "operation %zd has a size it cannot have", i);
             goto fail;
         }
-        image->any_nullable |= op->nullable;
     }
     Py_DECREF(seq);
     return capsule;
@@ -278,8 +276,6 @@ static int double_text(const unsigned char *p, char *out, Py_ssize_t *length) {
     PyMem_Free(text);
     return written;
 }
-
-static PyObject *call_with_bytes(PyObject *callable, const unsigned char *p, Py_ssize_t n);
 
 static PyObject *table_item(PyObject *table, uint64_t key) {
     if (PyTuple_CheckExact(table) && key < (uint64_t)PyTuple_GET_SIZE(table))

@@ -370,14 +370,19 @@ def _load_compiled() -> Any:
     except ImportError:
         return None
     source = os.path.join(os.path.dirname(__file__), "_records.c")
-    with open(source, "rb") as file:
-        if hashlib.sha1(file.read()).hexdigest() != module.SOURCE_SHA1:
-            logging.getLogger(__name__).warning(
-                "%s was built from another version of %s: it is not used (scripts/bootstrap builds it again)",
-                module.__file__,
-                source,
-            )
-            return None
+    try:
+        with open(source, "rb") as file:
+            current = hashlib.sha1(file.read()).hexdigest()
+    except OSError:
+        current = "(unreadable)"
+    if current != getattr(module, "SOURCE_SHA1", None):
+        logging.getLogger(__name__).warning(
+            "%s was built from another version of %s than the one here: it is not used, and the Python code runs "
+            "instead (scripts/bootstrap builds it again)",
+            module.__file__,
+            source,
+        )
+        return None
     module.configure(ABSENT, _BEFORE_NULL, _AFTER_NULL, _BEFORE_ABSENT, _AFTER_ABSENT)
     return module
 
