@@ -1,12 +1,14 @@
 """The store API on both stores: sessions, filters, and the consuming side of the queues as the relay server drives it
 (session bounds, reads, the write of what a session delivered, ACK, history), purge and garbage collection."""
 
+import threading
 import time
 
 import pytest
+from django.db import connection, transaction
 
 from relay import store
-from relay.models import Change, Client, Filter, QueueEntry, QueueState
+from relay.models import Change, Client, Filter, FilterVersion, QueueEntry, QueueState
 from relay.server.queues import StaleSession
 from relay.store import rowcodec
 from tests.helpers.queues import Consumer, enqueue, queue_size
@@ -61,6 +63,39 @@ def test_filters_are_idempotent_and_removable() -> None:
         store.add_filter(session.client_id, 8, "shop", "orders")
     with pytest.raises(store.StoreError, match="discard policy 3"):
         store.add_filter(session.client_id, 1, "shop", "orders", 0, 3)
+
+
+def test_concurrent_filter_writes_each_move_the_version_even_without_its_row() -> None:
+    """The worker reloads its filters when the version moved: two filter writes that commit one after the other must
+    give two versions, also in a store that has no version row (flushed, or edited by hand), where both create it."""
+    first, second = store.open_session("first"), store.open_session("second")
+    FilterVersion.objects.all().delete()
+    assert store.filter_version() == 0
+    first_written = threading.Event()
+    errors: list[BaseException] = []
+
+    def write(session: store.Session, hold: bool) -> None:
+        try:
+            if not hold:
+                first_written.wait(10)
+            with transaction.atomic():
+                store.add_filter(session.client_id, 1, "shop", session.name)
+                if hold:  # uncommitted while the other write runs
+                    first_written.set()
+                    time.sleep(0.5)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=write, args=(first, True)), threading.Thread(target=write, args=(second, False))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors, errors
+    assert Filter.objects.count() == 2
+    assert store.filter_version() == 2
 
 
 def test_poll_takes_the_head_in_order() -> None:

@@ -83,11 +83,19 @@ def filter_version() -> int:
 
 
 def bump_filter_version() -> None:
-    """Moves the filter version on, in the caller's transaction (the row exists from the migration on)."""
+    """Moves the filter version on, in the caller's transaction.
+
+    One upsert, not an UPDATE and a create when it found no row (the row exists from the migration on, but a store
+    flushed or edited by hand has none): two filter writes that both found no row would both create it, the second
+    would find the first's row and leave it as it was, and the worker, having loaded the first write's filters at
+    that version, would never load the second's.
+    """
+    name = table(FilterVersion)
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {table(FilterVersion)} SET version = version + 1 WHERE id = 1")
-        if cursor.rowcount == 0:  # a store whose row was deleted by hand: recreate it rather than stay unversioned
-            FilterVersion.objects.get_or_create(id=1, defaults={"version": 1})
+        cursor.execute(
+            f"INSERT INTO {name} (id, version) VALUES (1, 1)"
+            f" ON CONFLICT (id) DO UPDATE SET version = {name}.version + 1"
+        )
 
 
 def _filter_written(sender: Any, **kwargs: Any) -> None:
