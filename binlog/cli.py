@@ -1163,7 +1163,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _setup_logging() -> None:
     import logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from binlog.logformat import OneLineFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,7 +123,12 @@ STATIC_ROOT = RELAY_CONFIG.data_dir / "static"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {
+        "plain": {
+            "()": "binlog.logformat.OneLineFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        }
+    },
     "filters": {"health_probes": {"()": "relay.web.logfilters.HealthProbeFilter"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["health_probes"]},
