@@ -14,6 +14,11 @@ Measures, against ``manage.py runrelay`` in its own process and a fresh store:
    replicated by ``manage.py runbinlog --batch-ms 10``, measured from the source's COMMIT. Otherwise (``--synthetic``
    or no binlog stream) a writer commits queue entries the way the worker does, every 10 ms.
 
+4. fairness: the round trip of a FETCH that finds its queue empty (so the relay reads the store for it), p50 and p99,
+   alone and while another client pipelines PINGs as fast as the relay answers them (a flooder in its own process;
+   the relay answers those in its event loop, without the store), and that client's own PINGs meanwhile. Runs of the
+   two alternate; the ratio of the p99s says how much one client's flood delays another's request.
+
 Each figure is a median: of 7 POLL runs (``--poll-runs``) and of 3 runs for the others (``--runs``); ``--only``
 runs one measure, ``--event-loop`` picks the relay's event loop. The store is a new PostgreSQL database (the test
 suite's server) or a new SQLite file, dropped at the end.
@@ -518,6 +523,78 @@ def bench_latency(
     ]
 
 
+def flooder(port: int) -> None:
+    """The flooding client (``--flood``): a session that pipelines PINGs, 256 at a time, and reads every reply, until
+    its stdin closes. Prints a line once its session is open."""
+    client = Client(port, "bench-flood")
+    batch = encode_request(Command.PING, client_id=client.client_id, token=client.token) * 256
+    client.request(Command.PING)  # the session's first PING reads the store: the flood itself never does
+    done = threading.Event()
+
+    def send() -> None:
+        with contextlib.suppress(OSError):
+            while not done.is_set():
+                client.sock.sendall(batch)
+
+    threading.Thread(target=send, daemon=True).start()
+    threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    print("flooding", flush=True)
+    with contextlib.suppress(OSError):
+        while not done.is_set():
+            if not client.sock.recv(1 << 16):
+                break
+
+
+def victim_round_trips(client: Client, count: int, command: int = Command.FETCH) -> list[float]:
+    """Milliseconds of each of ``count`` FETCHes that find the queue empty (each read from the store), or PINGs."""
+    frame = encode_fetch(100, 0) if command == Command.FETCH else b""
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        result, _ = client.request(command, frame)
+        times.append((time.perf_counter() - started) * 1000)
+        assert result in (Result.OK, Result.EMPTY), result
+    return times
+
+
+def measure_fairness(port: int, runs: int, per_run: int = 300) -> list[tuple[str, str, str]]:
+    load = os.getloadavg()[0]
+    victim = Client(port, "bench-victim")
+    alone: list[float] = []
+    flooded: list[float] = []
+    pings: list[float] = []
+    for _ in range(runs):
+        alone += victim_round_trips(victim, per_run)
+        flood = subprocess.Popen(
+            [sys.executable, __file__, "--flood", str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        try:
+            assert flood.stdout is not None and flood.stdout.readline() == b"flooding\n"
+            time.sleep(0.2)
+            flooded += victim_round_trips(victim, per_run)
+            pings += victim_round_trips(victim, per_run, Command.PING)
+        finally:
+            assert flood.stdin is not None
+            flood.stdin.close()
+            flood.wait(10)
+    quiet_p99, flood_p99, ping_p99 = (sorted(times)[int(len(times) * 0.99) - 1] for times in (alone, flooded, pings))
+    results = [
+        ("store-read FETCH round trip p50 / p99 ms, alone", f"{statistics.median(alone):.2f} / {quiet_p99:.2f}", ""),
+        (
+            "the same while another client pipelines PINGs",
+            f"{statistics.median(flooded):.2f} / {flood_p99:.2f}",
+            f"p99 {flood_p99 / quiet_p99:.1f}x alone",
+        ),
+    ]
+    # Its PINGs are answered in the loop's turn: what the flood costs a request that needs no store.
+    ping = f"{statistics.median(pings):.2f} / {ping_p99:.2f}"
+    results.append(("a PING of that client meanwhile, p50 / p99 ms", ping, ""))
+    for line in results:
+        print(line, flush=True)
+    print(f"  {runs} x {per_run} round trips each; load {load:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)
+    return results
+
+
 # -- main ---------------------------------------------------------------------------------------------------------
 
 
@@ -543,7 +620,7 @@ def main() -> int:
         " them where the scheduler puts them (default 0)",
     )
     parser.add_argument(
-        "--only", choices=("poll", "fetch", "latency"), help="run one of the three measures (default: all)"
+        "--only", choices=("poll", "fetch", "latency", "fairness"), help="run one of the measures (default: all)"
     )
     parser.add_argument(
         "--event-loop",
@@ -552,9 +629,13 @@ def main() -> int:
         help="the relay server's event loop (RELAY_EVENT_LOOP; default auto: uvloop when installed)",
     )
     parser.add_argument("--reference-server", metavar="REPLY_HEX", help=argparse.SUPPRESS)
+    parser.add_argument("--flood", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reference_server:
         reference_server(bytes.fromhex(args.reference_server))
+        return 0
+    if args.flood:
+        flooder(args.flood)
         return 0
 
     workdir = Path(tempfile.mkdtemp(prefix="relay-bench-"))
@@ -593,6 +674,8 @@ def main() -> int:
                 )
             )
             print(results[-1], flush=True)
+        if args.only in (None, "fairness"):
+            results += measure_fairness(port, args.runs)
         if args.only in (None, "latency"):
             results += bench_latency(port, env, workdir, args.synthetic, args.latency_seconds)
     finally:
