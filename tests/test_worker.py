@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
@@ -222,6 +225,57 @@ def test_second_worker_is_a_standby_and_takes_over(fresh_schema: tuple[MariaDB, 
     server.execute(f"INSERT INTO `{schema}`.t VALUES (2)")
     caught_up(server, second)
     assert [key for *_, key in queue_of("c")] == ["1", "2"]
+
+
+def test_a_frozen_active_worker_is_taken_over_and_writes_nothing_after(fresh_schema: tuple[MariaDB, str]) -> None:
+    """SIGSTOP of the active worker while rows come, at any instant of its work: the standby ends its store sessions
+    once its lease is older than --takeover-after and takes over; the frozen one, resumed, becomes the standby without
+    writing anything. Twice, the roles swapped; the queue ends exact. An idle active worker keeps its lock."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs the PostgreSQL test store (SQLite: a file lock, which a frozen process keeps)")
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    subscribe("c", 1, schema, "t")
+    start = server.binlog_position()
+    takeover = ("--takeover-after", "2")
+    active = start_worker(server, start, batch_ms=10, options=takeover)
+    wait_for(lambda: WorkerStatus.objects.filter(pid=active.process.pid, state="connected").exists(), 30)
+    standby = start_worker(server, start, batch_ms=10, options=takeover)
+    wait_for(lambda: WorkerStatus.objects.filter(standby_pid=standby.process.pid).exists(), 30, message="standby")
+    time.sleep(4)  # twice the takeover time with the source quiet: the lease keeps the lock with the active worker
+    assert WorkerStatus.objects.get().pid == active.process.pid
+
+    written = 0
+    stop = threading.Event()
+
+    def write() -> None:
+        nonlocal written
+        with server.connect(schema) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                cur.execute(f"INSERT INTO t VALUES ({written + 1})")  # autocommit: a transaction a row
+                written += 1
+                time.sleep(0.002)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(2):
+            time.sleep(random.uniform(0.3, 1.0))  # frozen at any point of a batch
+            active.signal(signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            new_pid, old_pid = standby.process.pid, active.process.pid
+            wait_for(lambda: WorkerStatus.objects.get().pid == new_pid, 60, message="takeover")  # noqa: B023
+            assert time.monotonic() - frozen_at >= 1.5  # not before the lease was stale
+            assert "has not renewed its lease" in standby.output
+            active.signal(signal.SIGCONT)
+            wait_for(lambda: WorkerStatus.objects.get().standby_pid == old_pid, 60, message="standby")  # noqa: B023
+            active, standby = standby, active
+    finally:
+        stop.set()
+        writer.join(30)
+    caught_up(server, active)
+    assert [key for *_, key in queue_of("c")] == [str(n) for n in range(1, written + 1)]
+    assert standby.alive() and active.alive()
 
 
 @pytest.mark.slow

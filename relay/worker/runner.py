@@ -32,6 +32,8 @@ from typing import Any
 
 import pymysql
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from binlog import BinlogError, Position, PurgedPositionError, SourceSettings, Transaction
@@ -47,7 +49,7 @@ from relay.worker import bulk, usage
 from relay.worker.changelog import ChangeLog
 from relay.worker.handoff import Empty, RowBoundedHandoff
 from relay.worker.ingest import Ingestor, write_checkpoint
-from relay.worker.leader import LeaderLock
+from relay.worker.leader import LeaderLock, process_label
 from relay.worker.samples import Sampler
 from relay.worker.snapshots import SnapshotCoordinator
 
@@ -68,6 +70,9 @@ class WorkerOptions:
     gc_interval_seconds: float = 2.0
     max_runtime_seconds: float | None = None  # for tests and benchmarks: stop cleanly after this long
     chunk_rows: int = 5_000  # a larger binlog transaction is applied in parts, inside one store transaction
+    # A standby takes over from an active worker whose lock session has been idle this long (frozen, paused, cut off
+    # from the store): relay/worker/leader.py. 0: only when it dies.
+    takeover_seconds: float = 30.0
 
 
 def source_key(config: RelayConfig) -> str:
@@ -153,7 +158,18 @@ class Worker:
         signal.signal(signal.SIGINT, request_stop)
 
     def run(self) -> int:
-        lock = LeaderLock(self.source, _lock_dir(self.config))
+        # Every store session of this process carries its label, so that a standby can end them all if this process
+        # freezes while it holds the lock (relay/worker/leader.py); the sessions opened so far are reopened with it.
+        connection_created.connect(_name_store_session, dispatch_uid="relay.worker.session_label")
+        if not connection.in_atomic_block:
+            connection.close()
+        try:
+            return self._run()
+        finally:
+            connection_created.disconnect(dispatch_uid="relay.worker.session_label")
+
+    def _run(self) -> int:
+        lock = LeaderLock(self.source, _lock_dir(self.config), self.options.takeover_seconds)
         started = time.monotonic()
         deadline = None if self.options.max_runtime_seconds is None else started + self.options.max_runtime_seconds
 
@@ -588,6 +604,12 @@ class Worker:
             **fields,
         }
         WorkerStatus.objects.update_or_create(source=self.source, defaults=defaults)
+
+
+def _name_store_session(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET application_name = %s", [process_label()])
 
 
 def _lock_dir(config: RelayConfig) -> Path:

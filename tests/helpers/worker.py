@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from clientproto import Event, RelayClient
@@ -15,10 +16,16 @@ from tests.helpers.processes import TEST_SECRET, RelayProcess, relay_env
 
 
 def start_worker(
-    server: MariaDB, start: tuple[str, int] | None = None, *, batch_ms: int = 50, **env: object
+    server: MariaDB,
+    start: tuple[str, int] | None = None,
+    *,
+    batch_ms: int = 50,
+    options: Sequence[str] = (),
+    **env: object,
 ) -> RelayProcess:
-    """A ``runbinlog`` process reading ``server``, from ``start`` (file, position) when given."""
-    args = ["runbinlog", "--batch-ms", str(batch_ms)]
+    """A ``runbinlog`` process reading ``server``, from ``start`` (file, position) when given; ``options``: more of
+    the command's options."""
+    args = ["runbinlog", "--batch-ms", str(batch_ms), *options]
     if start:
         args += ["--from", f"{start[0]}:{start[1]}"]
     return RelayProcess(relay_env(server, **env), *args).start()

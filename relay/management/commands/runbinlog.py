@@ -29,6 +29,14 @@ class Command(BaseCommand):
         parser.add_argument("--batch-rows", type=int, default=5000, help="rows per store transaction at most")
         parser.add_argument("--batch-ms", type=int, default=100, help="milliseconds a batch may wait at most")
         parser.add_argument("--max-runtime", type=float, help="stop cleanly after this many seconds")
+        parser.add_argument(
+            "--takeover-after",
+            type=float,
+            default=WorkerOptions.takeover_seconds,
+            metavar="SECONDS",
+            help="as a standby, take over from an active worker whose lock session has been idle this long (frozen,"
+            " paused, cut off from the store); 0: only when it dies (default %(default)s; PostgreSQL only)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = command_config(options["config"])
@@ -51,6 +59,7 @@ class Command(BaseCommand):
                 batch_ms=options["batch_ms"],
                 start=start,
                 max_runtime_seconds=options["max_runtime"],
+                takeover_seconds=options["takeover_after"],
             ),
         )
         worker.install_signal_handlers()
