@@ -148,6 +148,11 @@ class LeaderLock:
             except Exception:  # noqa: BLE001 - the session is gone; still_held() tells the main thread
                 return
 
+    def _note_once(self, message: str) -> None:
+        if not self._unfenceable_noted:
+            log.warning("%s", message)
+            self._unfenceable_noted = True
+
     def _end_frozen_holder(self, cursor: Any, key: int) -> bool:
         """Ends the store sessions of the worker holding the lock if its lock session has been idle longer than
         ``takeover_seconds`` (by PostgreSQL's clock); True if it did."""
@@ -163,19 +168,23 @@ class LeaderLock:
         if row is None:  # released meanwhile: the next attempt gets it
             return False
         pid, label, state, idle = row
+        if state is None:
+            # PostgreSQL hides the state of another role's sessions: this standby cannot tell a frozen worker.
+            self._note_once(
+                f"cannot see the state of the active worker's lock session (backend {pid}, another role's): a frozen"
+                " active worker will not be taken over; run every worker as the same role, or grant this one"
+                " pg_read_all_stats and pg_signal_backend"
+            )
+            return False
         if state != "idle" or idle is None or float(idle) < self.takeover_seconds:
             return False
         if not (label or "").startswith(LABEL_PREFIX):
             # A holder that does not name its sessions (an older version) cannot be fenced whole: ending only its
             # lock session would leave its batch session free to commit once it runs again.
-            if not self._unfenceable_noted:
-                log.warning(
-                    "the active worker's lock session (backend %s) has been idle for %.0fs, but it does not name its"
-                    " store sessions, so this standby cannot end them safely: stop that worker by hand",
-                    pid,
-                    float(idle),
-                )
-                self._unfenceable_noted = True
+            self._note_once(
+                f"the active worker's lock session (backend {pid}) has been idle for {float(idle):.0f}s, but it does"
+                " not name its store sessions, so this standby cannot end them safely: stop that worker by hand"
+            )
             return False
         cursor.execute(
             "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
