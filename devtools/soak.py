@@ -13,8 +13,10 @@ own process with overlapping filters: half consume with manual-ack FETCH (``clie
 legacy POLL. A client whose relay is unreachable moves to the other one.
 
 Faults, at random moments (about one every ``--fault-every`` seconds, kinds in shuffled rounds so each comes up
-evenly): SIGKILL of the active worker (the standby takes over; a new standby is started), SIGKILL of a relay server
-(restarted on its port), SIGKILL of a client (restarted), and a restart of the source.
+evenly): SIGKILL of the active worker (the standby takes over; a new standby is started), SIGSTOP of the active
+worker (PostgreSQL: the standby takes over once its lease is ``--takeover-after`` old; then SIGCONT, and the frozen
+one waits as the standby), SIGKILL of a relay server (restarted on its port), SIGKILL of a client (restarted), and a
+restart of the source.
 
 The workload records exactly what it committed, in commit order: every row carries a unique ``op`` number (an
 insert's or update's own; a delete's before image carries the row's last one), so every row change is one key
@@ -67,6 +69,8 @@ TABLES = ("t0", "t1", "t2")
 INSERT, UPDATE, DELETE = 1, 2, 4
 KIND_LETTERS = {"I": INSERT, "U": UPDATE, "D": DELETE}
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
+#: The soak's workers' --takeover-after: short, so that a frozen worker's round does not take half a minute.
+FROZEN_TAKEOVER_SECONDS = 3
 
 #: (type, schema, table, id, op): one row change, unique over the whole run.
 Row = tuple[int, str, str, int, int]
@@ -281,6 +285,11 @@ class Proc:
             assert self.popen is not None
             self.popen.kill()
             self.popen.wait(30)
+
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            assert self.popen is not None
+            self.popen.send_signal(signum)
 
     def stop(self, timeout: float = 30) -> None:
         if not self.alive():
@@ -617,6 +626,7 @@ class FilterChurn:
 class Result:
     faults: Counter[str] = field(default_factory=Counter)
     takeovers: list[float] = field(default_factory=list)
+    frozen_takeovers: list[float] = field(default_factory=list)  # from SIGSTOP to the standby's takeover
     client_kills: Counter[str] = field(default_factory=Counter)
     rss_max_kb: dict[str, int] = field(default_factory=lambda: {"worker": 0, "relay": 0})
     failures: list[str] = field(default_factory=list)
@@ -741,7 +751,15 @@ class Soak:
             self.clients[name] = proc
 
     def start_worker(self) -> Proc:
-        proc = self.manage("worker", f"worker-{len(self.workers)}", "runbinlog", "--batch-ms", "50").start()
+        proc = self.manage(
+            "worker",
+            f"worker-{len(self.workers)}",
+            "runbinlog",
+            "--batch-ms",
+            "50",
+            "--takeover-after",
+            str(FROZEN_TAKEOVER_SECONDS),
+        ).start()
         with self._procs_lock:
             self.workers = [w for w in self.workers if w.alive()] + [proc]
         return proc
@@ -762,16 +780,38 @@ class Soak:
         active.kill()
         killed = time.monotonic()
         self.start_worker()  # the next standby
-
         # The waiting standby takes over, normally; the one just started may win the lock if it comes free late.
-        def successor_of_active() -> Proc | None:
-            worker = self.active_worker()
-            return worker if worker is not None and worker is not active else None
-
-        successor = wait_for(successor_of_active, 60, 0.1, "a standby to take over")
-        assert successor is not None  # wait_for returns only a true value
+        successor = self.successor_of(active)
         self.result.takeovers.append(time.monotonic() - killed)
         self.log(f"worker {active.pid} killed: worker {successor.pid} took over in {self.result.takeovers[-1]:.1f}s")
+
+    def freeze_worker(self) -> None:
+        """SIGSTOP of the active worker at a random moment of its work: the standby takes over once the frozen one's
+        lease is FROZEN_TAKEOVER_SECONDS old; then SIGCONT, and the frozen one, whose store sessions were ended, must
+        write nothing more (the checks at the end) and wait as the standby."""
+        active = self.active_worker()
+        if active is None or not any(w.alive() and w is not active for w in self.workers):
+            self.start_worker()  # no standby to take over: this round makes one instead
+            return
+        active.signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        try:
+            successor = self.successor_of(active)
+            self.result.frozen_takeovers.append(time.monotonic() - frozen)
+        finally:
+            active.signal(signal.SIGCONT)
+        self.log(f"worker {active.pid} frozen: worker {successor.pid} took over in {time.monotonic() - frozen:.1f}s")
+
+    def successor_of(self, previous: Proc) -> Proc:
+        """The worker that became active after ``previous`` (waits for it)."""
+
+        def other_active() -> Proc | None:
+            worker = self.active_worker()
+            return worker if worker is not None and worker is not previous else None
+
+        successor = wait_for(other_active, 60, 0.1, "a standby to take over")
+        assert successor is not None  # wait_for returns only a true value
+        return successor
 
     def kill_relay(self) -> None:
         port = self.rng.choice(sorted(self.relays))
@@ -792,6 +832,7 @@ class Soak:
     def inject_faults(self, deadline: float) -> None:
         actions = {
             "worker": self.kill_worker,
+            "freeze": self.freeze_worker,
             "relay": self.kill_relay,
             "client": self.kill_client,
             "source": self.restart_source,
@@ -805,6 +846,8 @@ class Soak:
                 return
             if not deck:
                 deck = [kind for kind in actions if kind in self.args.faults.split(",")]
+                if self.args.store == "sqlite":  # a frozen worker keeps SQLite's file lock: no takeover to test
+                    deck = [kind for kind in deck if kind != "freeze"]
                 self.rng.shuffle(deck)
             kind = deck.pop()
             self.log(f"injecting: {kind}")
@@ -1033,12 +1076,13 @@ class Soak:
         delivered = stats["manual"]["checked"] + stats["legacy"]["checked"]
         manual_n = sum(1 for kind in self.kinds.values() if kind == "manual")
         legacy_n = len(self.kinds) - manual_n
-        faults = ", ".join(f"{kind} {result.faults[kind]}" for kind in ("worker", "relay", "client", "source"))
-        takeover = (
-            f"max {max(result.takeovers):.1f} s, mean {sum(result.takeovers) / len(result.takeovers):.1f} s"
-            if result.takeovers
-            else "-"
-        )
+        kinds = ("worker", "freeze", "relay", "client", "source")
+        faults = ", ".join(f"{kind} {result.faults[kind]}" for kind in kinds)
+
+        def spread(times: list[float]) -> str:
+            return f"max {max(times):.1f} s, mean {sum(times) / len(times):.1f} s" if times else "-"
+
+        takeover = f"after a kill {spread(result.takeovers)}; after a SIGSTOP {spread(result.frozen_takeovers)}"
         m, lg, ch = stats["manual"], stats["legacy"], stats.get("churn", Counter[str]())
         rows = [
             (
@@ -1112,7 +1156,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=20, help="half manual-ack FETCH, half legacy POLL")
     parser.add_argument("--rate", type=float, default=150.0, help="rows per second written to the source")
     parser.add_argument("--fault-every", type=float, default=14.0, help="mean seconds between faults")
-    parser.add_argument("--faults", default="worker,relay,client,source", help="kinds of fault to inject")
+    parser.add_argument("--faults", default="worker,freeze,relay,client,source", help="kinds of fault to inject")
     parser.add_argument("--min-faults", type=int, default=0, help="fail unless at least this many faults happened")
     parser.add_argument("--ddl-every", type=float, default=150.0, help="seconds between ADD/DROP COLUMN")
     parser.add_argument("--flush-every", type=float, default=45.0, help="mean seconds between FLUSH BINARY LOGS")
