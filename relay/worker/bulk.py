@@ -128,6 +128,17 @@ def _sequence(table: str) -> str:
     return name
 
 
+def drop_reserved_ids() -> None:
+    """Forgets the ranges this process reserved: called when a worker becomes the active one.
+
+    The store's garbage collector counts on a change's id being above every id committed before it (relay/store/
+    gc.py). A range reserved in an earlier active term lies below the ids another worker took meanwhile (after a
+    takeover from this process, frozen, or cut off from the store): used now, its changes could be collected as
+    soon as they are committed. A fresh range comes after every id the sequence has handed out.
+    """
+    _reserves.clear()
+
+
 def allocate_ids(table: str, count: int) -> int:
     """Reserves ``count`` consecutive primary keys of ``table``; returns the first.
 
@@ -135,7 +146,8 @@ def allocate_ids(table: str, count: int) -> int:
     excludes every other writer. On PostgreSQL the ids come from a range of the table's sequence this process
     reserved (``ID_RESERVE`` at a time): a sequence never hands out a value twice, whatever happens to the
     transaction that took it, so the range stays this process's across transactions, and its ids go up from one
-    call to the next as the sequence's do. What a process leaves unused is a gap, as a rolled-back insert leaves.
+    call to the next as the sequence's do, for as long as the process stays the active worker
+    (:func:`drop_reserved_ids`). What a process leaves unused is a gap, as a rolled-back insert leaves.
     """
     if count <= 0:
         raise ValueError("count must be positive")

@@ -113,6 +113,8 @@ def _store_errors() -> tuple[type[BaseException], ...]:
 # Failures of the first connection to the source that a retry can fix (it is down, restarting, or the network is).
 _SOURCE_UNREACHABLE = (ConnectionLostError, OSError, pymysql.err.OperationalError, pymysql.err.InterfaceError)
 STORE_RETRY_MAX_SECONDS = 30.0
+#: PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 class _Restart(Exception):
@@ -219,10 +221,21 @@ class Worker:
         if not self._standby_reported:
             log.info("standby: another worker is active for %s", self.source)
         self._standby_reported = now
-        status, _ = WorkerStatus.objects.get_or_create(source=self.source)
-        WorkerStatus.objects.filter(id=status.id).update(
-            standby_pid=os.getpid(), standby_hostname=socket.gethostname(), standby_heartbeat=timezone.now()
-        )
+        try:
+            with transaction.atomic():
+                if connection.vendor == "postgresql":
+                    # The active worker's open batch may hold the status row: this report waits a moment at most, so
+                    # that a standby never hangs on a frozen worker's row lock instead of taking over from it.
+                    with connection.cursor() as cursor:
+                        cursor.execute("SET LOCAL lock_timeout = '500ms'")
+                status, _ = WorkerStatus.objects.get_or_create(source=self.source)
+                WorkerStatus.objects.filter(id=status.id).update(
+                    standby_pid=os.getpid(), standby_hostname=socket.gethostname(), standby_heartbeat=timezone.now()
+                )
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "pgcode", None) != LOCK_NOT_AVAILABLE:
+                raise
+            self._standby_reported = now - 4  # reported again at the next attempt
 
     def _clear_standby(self) -> None:
         if self._standby_reported:
@@ -232,6 +245,7 @@ class Worker:
 
     def _run_active(self, should_stop: Callable[[], bool], lock: LeaderLock) -> int:
         log.info("active worker for %s (pid %s)", self.source, os.getpid())
+        bulk.drop_reserved_ids()  # another worker may have written changes since this process last was the active one
         self._clear_standby()
         self._set_status(
             WorkerStatus.State.STARTING,
