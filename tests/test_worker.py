@@ -18,6 +18,7 @@ from devtools.wait import wait_for
 from relay import store
 from relay.models import Change, Checkpoint, Client, QueueState, SchemaTable, TableUsage, WorkerStatus
 from relay.store import rowcodec
+from tests.helpers.processes import RelayProcess
 from tests.helpers.queues import queue_size
 from tests.helpers.worker import caught_up, queue_of, start_worker, subscribe
 
@@ -227,21 +228,28 @@ def test_second_worker_is_a_standby_and_takes_over(fresh_schema: tuple[MariaDB, 
     assert [key for *_, key in queue_of("c")] == ["1", "2"]
 
 
-def test_a_frozen_active_worker_is_taken_over_and_writes_nothing_after(fresh_schema: tuple[MariaDB, str]) -> None:
-    """SIGSTOP of the active worker while rows come, at any instant of its work: the standby ends its store sessions
-    once its lease is older than --takeover-after and takes over; the frozen one, resumed, becomes the standby without
-    writing anything. Twice, the roles swapped; the queue ends exact. An idle active worker keeps its lock."""
+def _active_and_standby(server: MariaDB, schema: str, takeover_seconds: int) -> tuple[RelayProcess, RelayProcess]:
+    """Table ``t`` with client ``c`` subscribed to its inserts, and two workers with ``--takeover-after``: the first
+    active (connected), the second waiting as its standby. PostgreSQL only (the test is skipped on SQLite)."""
     if connection.vendor != "postgresql":
         pytest.skip("needs the PostgreSQL test store (SQLite: a file lock, which a frozen process keeps)")
-    server, schema = fresh_schema
     server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
     subscribe("c", 1, schema, "t")
     start = server.binlog_position()
-    takeover = ("--takeover-after", "2")
+    takeover = ("--takeover-after", str(takeover_seconds))
     active = start_worker(server, start, batch_ms=10, options=takeover)
     wait_for(lambda: WorkerStatus.objects.filter(pid=active.process.pid, state="connected").exists(), 30)
     standby = start_worker(server, start, batch_ms=10, options=takeover)
     wait_for(lambda: WorkerStatus.objects.filter(standby_pid=standby.process.pid).exists(), 30, message="standby")
+    return active, standby
+
+
+def test_a_frozen_active_worker_is_taken_over_and_writes_nothing_after(fresh_schema: tuple[MariaDB, str]) -> None:
+    """SIGSTOP of the active worker while rows come, at any instant of its work: the standby ends its store sessions
+    once its lease is older than --takeover-after and takes over; the frozen one, resumed, becomes the standby without
+    writing anything. Twice, the roles swapped; the queue ends exact. An idle active worker keeps its lock."""
+    server, schema = fresh_schema
+    active, standby = _active_and_standby(server, schema, 2)
     time.sleep(4)  # twice the takeover time with the source quiet: the lease keeps the lock with the active worker
     assert WorkerStatus.objects.get().pid == active.process.pid
 
@@ -286,20 +294,11 @@ def test_a_standby_takes_over_a_worker_frozen_inside_a_batch(fresh_schema: tuple
     """A worker frozen inside a batch's transaction holds its status row: the standby, which reports itself on that
     row, must still take over (here the row is held from a session of the test, as the frozen batch would hold it,
     until the standby has ended the frozen worker's sessions)."""
-    if connection.vendor != "postgresql":
-        pytest.skip("needs the PostgreSQL test store (SQLite: a file lock, which a frozen process keeps)")
     import psycopg2
 
     server, schema = fresh_schema
-    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
-    subscribe("c", 1, schema, "t")
-    start = server.binlog_position()
     # Longer than the 5 s between two reports of the standby: one of them comes due while the row is held.
-    takeover = ("--takeover-after", "6")
-    active = start_worker(server, start, batch_ms=10, options=takeover)
-    wait_for(lambda: WorkerStatus.objects.filter(pid=active.process.pid, state="connected").exists(), 30)
-    standby = start_worker(server, start, batch_ms=10, options=takeover)
-    wait_for(lambda: WorkerStatus.objects.filter(standby_pid=standby.process.pid).exists(), 30, message="standby")
+    active, standby = _active_and_standby(server, schema, 6)
     holder = psycopg2.connect(**connection.get_connection_params())
     try:
         with holder.cursor() as cursor:
