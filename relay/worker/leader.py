@@ -66,7 +66,7 @@ class LeaderLock:
         self._file: int | None = None
         self._lease: threading.Thread | None = None
         self._lease_stop = threading.Event()
-        self._unfenceable_noted = False
+        self._warned = False
 
     def try_acquire(self) -> bool:
         if connection.vendor == "postgresql":
@@ -149,9 +149,9 @@ class LeaderLock:
                 return
 
     def _note_once(self, message: str) -> None:
-        if not self._unfenceable_noted:
+        if not self._warned:
             log.warning("%s", message)
-            self._unfenceable_noted = True
+            self._warned = True
 
     def _end_frozen_holder(self, cursor: Any, key: int) -> bool:
         """Ends the store sessions of the worker holding the lock if its lock session has been idle longer than
