@@ -72,8 +72,15 @@ def drop_database(admin_url: str, url: str) -> None:
     conn.close()
 
 
-#: The bench's bytecode cache, written by the first starts of manage.py (migrate and the subscriptions, untimed).
-BYTECODE = tempfile.mkdtemp(prefix="relay-bench-bytecode-")
+_scratch: list[Path] = []
+
+
+def scratch() -> Path:
+    """The bench's own folder (made on first use, removed by ``main``): the worker's data folders, and the bytecode
+    cache written by the first starts of manage.py (migrate and the subscriptions, untimed)."""
+    if not _scratch:
+        _scratch.append(Path(tempfile.mkdtemp(prefix="relay-bench-ingest-")))
+    return _scratch[0]
 
 
 def relay_env(server: MariaDB, store_url: str) -> dict[str, str]:
@@ -87,8 +94,8 @@ def relay_env(server: MariaDB, store_url: str) -> dict[str, str]:
     env.update(
         DJANGO_SETTINGS_MODULE="relayproject.settings",
         DATABASE_URL=store_url,
-        RELAY_DATA_DIR=tempfile.mkdtemp(prefix="relay-bench-"),
-        PYTHONPYCACHEPREFIX=BYTECODE,
+        RELAY_DATA_DIR=tempfile.mkdtemp(prefix="data-", dir=scratch()),
+        PYTHONPYCACHEPREFIX=str(scratch() / "bytecode"),
         **server.source_env(),
         RELAY_LOG_LEVEL="WARNING",
     )
@@ -340,7 +347,8 @@ def main() -> None:
             )
     finally:
         server.destroy()
-        shutil.rmtree(BYTECODE, ignore_errors=True)
+        for folder in _scratch:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ import contextlib
 import fnmatch
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -917,7 +918,10 @@ class Soak:
         finally:
             self.stop.set()
             self.teardown()
-        return 1 if self.result.failures else 0
+        if self.result.failures:
+            return 1  # the logs, the clients' event files and the source's binlogs stay for the diagnosis
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return 0
 
     def applied(self) -> bool:
         """Whether the worker's checkpoint has reached the source's current position."""

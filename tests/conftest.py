@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -16,10 +14,11 @@ from django.test import Client as HttpClient
 from tests.helpers.dashboard_data import PASSWORD, Filled, fill_store, make_users
 from tests.helpers.mariadb import MariaDB
 from tests.helpers.processes import stop_all
+from tests.helpers.scratch import scratch_dir
 
 
 def _start_server(name: str, *, row_metadata_full: bool) -> MariaDB:
-    base = Path(tempfile.mkdtemp(prefix=f"relay-{name}-"))
+    base = scratch_dir(f"relay-{name}-")
     return MariaDB(base, row_metadata_full=row_metadata_full).start()
 
 
@@ -43,7 +42,7 @@ def mariadb_no_metadata() -> Iterator[MariaDB]:
 def mariadb_minimal_metadata() -> Iterator[MariaDB]:
     """A private MariaDB with ``--binlog-row-metadata=MINIMAL``: signedness and charsets, no column names (the
     default of MySQL)."""
-    base = Path(tempfile.mkdtemp(prefix="relay-mariadb-minimal-"))
+    base = scratch_dir("relay-mariadb-minimal-")
     server = MariaDB(base, row_metadata_full=False, row_metadata="MINIMAL").start()
     yield server
     server.destroy()

@@ -6,10 +6,10 @@ runs can share one PostgreSQL server.
 """
 
 import os
-import tempfile
 
 from relay.config import database_settings
 from relayproject.settings import *
+from tests.helpers.scratch import scratch_dir
 
 STORE = os.environ.get("RELAY_TEST_STORE", "postgres").lower()
 
@@ -20,7 +20,7 @@ if STORE == "postgres":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["TEST"] = {"NAME": f"test_relay_{os.getpid()}"}
 elif STORE == "sqlite":
-    _folder = tempfile.mkdtemp(prefix="relay-sqlite-")
+    _folder = scratch_dir("relay-sqlite-")
     DATABASES = {"default": database_settings(f"sqlite:///{_folder}/relay.sqlite3")}
     DATABASES["default"]["TEST"] = {"NAME": f"{_folder}/test-relay.sqlite3"}
 else:

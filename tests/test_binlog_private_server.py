@@ -4,21 +4,20 @@ their binlog files and stay up for every other test."""
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from binlog import BinlogStream, Position, PurgedPositionError, SourceSettings
 from tests.helpers.mariadb import MariaDB
+from tests.helpers.scratch import scratch_dir
 
 
 @pytest.fixture(scope="module")
 def private_server() -> Iterator[MariaDB]:
-    server = MariaDB(Path(tempfile.mkdtemp(prefix="relay-binlog-private-")), row_metadata_full=True).start()
+    server = MariaDB(scratch_dir("relay-binlog-private-"), row_metadata_full=True).start()
     server.execute("CREATE DATABASE p", "CREATE TABLE p.t (id INT PRIMARY KEY, v VARCHAR(10))")
     yield server
     server.destroy()

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.dashboard_data import PASSWORD, UNICODE, Filled
+from tests.helpers.scratch import scratch_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -53,7 +54,7 @@ class Chromium:
     """A headless Chromium and one page, over the DevTools protocol on a pipe."""
 
     def __init__(self) -> None:
-        self.profile = Path(tempfile.mkdtemp(prefix="relay-chromium-"))
+        self.profile = scratch_dir("relay-chromium-")
         to_browser_read, self._to_browser = os.pipe()
         self._from_browser, from_browser_write = os.pipe()
 

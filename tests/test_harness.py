@@ -1,10 +1,14 @@
 """The harness really starts MariaDB with the binlog on, and the store is the one asked for."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 from django.db import connection
 
 from tests.helpers.mariadb import MariaDB
+from tests.helpers.processes import REPO
 
 
 def test_mariadb_writes_rows_to_its_binlog(fresh_schema: tuple[MariaDB, str]) -> None:
@@ -41,3 +45,27 @@ def test_store_is_the_one_asked_for(db: None) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         assert cursor.fetchone() == (1,)
+
+
+def test_a_process_removes_its_scratch_folder_when_it_exits_but_not_a_forked_child(tmp_path: Path) -> None:
+    # A run starts hundreds of processes, each with a log and a data folder: they go into one folder of the run,
+    # removed at its end, so that runs on the same machine do not fill its /tmp.
+    script = """
+import os, sys
+from tests.helpers.scratch import scratch_dir, scratch_file
+folder, log = scratch_dir("data-"), scratch_file("proc-", ".log")
+(folder / "x").write_text("x")
+print(folder.parent, flush=True)
+if os.fork() == 0:
+    sys.exit(0)  # a forked child exits normally (atexit handlers run) while the parent still uses the folder
+os.wait()
+assert folder.exists() and log.exists(), "a forked child removed its parent's folder"
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    root = Path(result.stdout.decode().strip())
+    assert root.parent == tmp_path and root.name.startswith("relay-tests-")
+    assert not root.exists()
+    assert list(tmp_path.iterdir()) == []

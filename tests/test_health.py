@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 import re
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.http import QueryDict
@@ -24,6 +22,7 @@ from relay.models import LagSample, QueueSample, WorkerStatus
 from relay.web import dashboard, health
 from tests.helpers.dashboard_data import UNICODE
 from tests.helpers.processes import RelayProcess, relay_env, start_relay
+from tests.helpers.scratch import scratch_dir
 
 HEARTBEAT = 1.0  # the tests' [Server] HeartbeatSeconds (tests/helpers/processes.py)
 MARGIN = 2.0
@@ -125,7 +124,7 @@ def test_backlog_summary_orders_and_links(filled) -> None:
 @pytest.fixture
 def source() -> Iterator[MariaDB]:
     """A MariaDB of this test alone: it is frozen with SIGSTOP."""
-    server = MariaDB(Path(tempfile.mkdtemp(prefix="relay-health-")), row_metadata_full=True).start()
+    server = MariaDB(scratch_dir("relay-health-"), row_metadata_full=True).start()
     yield server
     if server.process is not None and server.process.poll() is None:
         server.process.send_signal(signal.SIGCONT)

@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from devtools.wait import wait_for
 from relay.models import Checkpoint, WorkerStatus
 from relay.web import health
 from tests.helpers.processes import REPO, RelayProcess, relay_env
+from tests.helpers.scratch import scratch_dir
 from tests.helpers.worker import caught_up, queue_of, subscribe
 
 
@@ -205,7 +205,7 @@ def test_an_unreachable_source_is_retried_with_a_line_per_attempt() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_source_that_goes_away_shows_as_reconnecting_then_connected() -> None:
-    server = MariaDB(Path(tempfile.mkdtemp(prefix="relay-startup-")), row_metadata_full=True).start()
+    server = MariaDB(scratch_dir("relay-startup-"), row_metadata_full=True).start()
     try:
         worker = RelayProcess(relay_env(server), "runbinlog").start()
         wait_for(lambda: WorkerStatus.objects.filter(state="connected").exists(), 30, message="connected")

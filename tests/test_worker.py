@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import random
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -20,6 +18,7 @@ from relay.models import Change, Checkpoint, Client, QueueState, SchemaTable, Ta
 from relay.store import rowcodec
 from tests.helpers.processes import RelayProcess
 from tests.helpers.queues import queue_size
+from tests.helpers.scratch import scratch_dir
 from tests.helpers.worker import caught_up, queue_of, start_worker, subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def own_mariadb() -> Iterator[MariaDB]:
     """A MariaDB of this test alone, for faults that would disturb other tests (restarts, purges)."""
-    server = MariaDB(Path(tempfile.mkdtemp(prefix="relay-own-")), row_metadata_full=True).start()
+    server = MariaDB(scratch_dir("relay-own-"), row_metadata_full=True).start()
     yield server
     server.destroy()
 

@@ -8,6 +8,7 @@ Real processes and servers:
 * ``processes``: ``manage.py`` commands (``runbinlog``, ``runrelay``) against the test store;
 * ``relay_server``: the relay server in a thread of the test process, and a raw-socket client;
 * ``proxy``: a TCP proxy in front of a server, to cut or freeze its connections.
+* ``scratch``: the run's one temporary folder (servers' data, processes' logs), removed when the run ends.
 
 Data and bytes:
 

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from django.db import connection
 
 from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
+from tests.helpers.scratch import scratch_dir, scratch_file
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TEST_SECRET = "test-secret"  # the AuthSecret of every relay process the tests start
@@ -33,7 +33,7 @@ def relay_env(server: MariaDB | None, **overrides: Any) -> dict[str, str]:
     env.update(
         DJANGO_SETTINGS_MODULE="relayproject.settings",
         DATABASE_URL=test_store_url(),
-        RELAY_DATA_DIR=tempfile.mkdtemp(prefix="relay-data-"),
+        RELAY_DATA_DIR=str(scratch_dir("relay-data-")),
         RELAY_SERVER_AUTHSECRET=TEST_SECRET,
         RELAY_SERVER_HEARTBEATSECONDS="1",
         PYTHONUNBUFFERED="1",
@@ -50,7 +50,7 @@ class RelayProcess:
     def __init__(self, env: dict[str, str], *args: str) -> None:
         self.env = env
         self.args = args
-        self.log_path = Path(tempfile.mkstemp(prefix="relay-proc-", suffix=".log")[1])
+        self.log_path = scratch_file("relay-proc-", ".log")
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RelayProcess:
