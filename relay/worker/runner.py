@@ -195,12 +195,18 @@ class Worker:
                 # and start over from the checkpoint, as a standby first if another worker took the lock meanwhile.
                 with contextlib.suppress(Exception):  # closing a connection to a store that is gone may fail anyhow
                     connection.close()
+                # Unreachable, restarting, or refusing writes (its disk is full): the same wait, named by its error.
                 if should_stop():
-                    log.warning("store unreachable (%s); stopping as asked", first_line(exc))
+                    log.warning("store failed (%s); stopping as asked", first_line(exc))
                     return EXIT_OK
                 attempt = 1 if time.monotonic() - run_started > 60 else attempt + 1
                 delay = min(0.5 * 2 ** (attempt - 1), STORE_RETRY_MAX_SECONDS)
-                log.warning("store unreachable (%s); attempt %d, retrying in %.1fs", first_line(exc), attempt, delay)
+                log.warning(
+                    "store failed (%s); nothing is lost: attempt %d, retrying from the checkpoint in %.1fs",
+                    first_line(exc),
+                    attempt,
+                    delay,
+                )
                 if self._pause(delay, should_stop):
                     return EXIT_OK
 
