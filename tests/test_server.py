@@ -500,6 +500,49 @@ def test_long_poll_fetch_wakes_on_commit(relay: ServerThread) -> None:
     assert 0.29 <= time.monotonic() - started < 1.5
 
 
+@pytest.mark.parametrize("ending", ["close", "half-close"])
+def test_a_long_poll_of_a_client_that_closed_takes_nothing_from_its_queue(relay: ServerThread, ending: str) -> None:
+    """A client closes the connection (or its sending side) while its auto-ack FETCH waits; a row then committed must
+    not be written to a socket nobody may read and counted as delivered: it comes to the client's next session."""
+    client = authed(relay, "gone")
+    client.send(encode_request(Command.FETCH, encode_fetch(10, 10_000), client_id=client.client_id, token=client.token))
+    time.sleep(0.3)  # the long-poll waits
+    if ending == "close":
+        client.close()
+    else:
+        client.sock.shutdown(socket.SHUT_WR)
+        started = time.monotonic()
+        frame = client.reply()  # the wait ends at once, empty; then the relay closes
+        assert frame[0] == Result.EMPTY and time.monotonic() - started < 2
+        assert client.closed_by_peer()
+        client.close()
+    time.sleep(0.2)
+    enqueue(client.client_id, [{"id": "1"}])
+    wait_for(lambda: not Client.objects.get(id=client.client_id).connected)
+    time.sleep(0.2)
+    assert Client.objects.get(id=client.client_id).served == 0  # the session's end wrote nothing delivered
+    again = authed(relay, "gone")
+    reply = fetch(again, 10)
+    assert reply is not None and [e.after() for e in reply.events] == [{"id": b"1"}]
+
+
+def test_a_reply_written_after_the_client_closed_its_side_delivers_nothing(relay: ServerThread) -> None:
+    """TCP takes a reply only in part; the client shuts its sending side, then reads the rest. The relay cannot know a
+    client that closed will read, so the reply counts for nothing: its rows come again (at-least-once)."""
+    client = _reluctant_reader(relay)
+    enqueue(client.client_id, [{"id": "1", "blob": "x" * (8 << 20)}])
+    client.send(encode_request(Command.FETCH, encode_fetch(10, 0), client_id=client.client_id, token=client.token))
+    time.sleep(0.5)  # the relay writes what TCP takes, then waits for the rest
+    client.sock.shutdown(socket.SHUT_WR)
+    frame = client.reply()
+    assert frame[0] == Result.OK
+    assert client.closed_by_peer()
+    client.close()
+    wait_for(lambda: not Client.objects.get(id=client.client_id).connected)
+    again = authed(relay, "reluctant")
+    assert [e.seq for e in fetch(again, 10).events] == [1]
+
+
 def test_a_commit_wakes_the_long_polls_of_its_clients_and_no_other(relay: ServerThread) -> None:
     """On PostgreSQL the worker's NOTIFY names the clients whose queues grew: a busy client's commits do not make
     every idle long-poll read its queue again (on SQLite the watch compares each waiter's own queue)."""

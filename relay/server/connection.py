@@ -192,8 +192,12 @@ class Connection(asyncio.Protocol):
         self._serve_input()
 
     def eof_received(self) -> bool:
-        # The requests already received are answered; the connection closes once none is left in flight.
+        # The requests already received are answered; the connection closes once none is left in flight. A
+        # long-poll ends now, empty: a client that closed the connection while waiting must not have the next
+        # commit's rows sent, and counted, to a socket nobody reads.
         self._eof = True
+        if self._waiter is not None:
+            self._waiter.event.set()
         if self._task is None and not self._writing and not self._next_turn:
             self._close()
         return True
@@ -393,10 +397,10 @@ class Connection(asyncio.Protocol):
         self._sent(close)
 
     def _sent(self, close: bool) -> None:
-        """The reply is with TCP: its delivery counts now (never if the send failed or timed out)."""
-        unsent = self._unsent
-        if unsent is not None:
-            self._unsent = None
+        """The reply is with TCP: its delivery counts now (never if the send failed or timed out, nor when the client
+        had closed its side of the connection before: it may be gone, and the write succeeds all the same)."""
+        unsent, self._unsent = self._unsent, None
+        if unsent is not None and not self._eof:
             session, delivery = unsent
             session.sent(delivery)
             self.server.history.served(session.client_id, delivery.entries)
@@ -546,7 +550,7 @@ class Connection(asyncio.Protocol):
                 self._unsent = (session, delivery)
                 return delivery.payload  # the whole reply frame, rendered off the event loop
             remaining = deadline - loop.time()
-            if remaining <= 0 or self.closing or self.server.stopping:
+            if remaining <= 0 or self.closing or self._eof or self.server.stopping:
                 return EMPTY_REPLY
             self._waiter = Waiter(session.client_id, session.last, generation)
             try:
