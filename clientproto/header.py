@@ -67,6 +67,11 @@ class RequestHeader(NamedTuple):
     reserved2: int
 
     def expected_checksum(self, payload: bytes) -> int:
+        return self.checksum_with(payload_sum(payload))
+
+    def checksum_with(self, summed_payload: int) -> int:
+        """The checksum of this header with a payload whose bytes sum to ``summed_payload`` (a payload summed as it
+        streams in, never kept whole)."""
         return (
             self.command
             + self.subcommand
@@ -76,7 +81,7 @@ class RequestHeader(NamedTuple):
             + self.token
             + self.reserved1
             + self.reserved2
-            + payload_sum(payload)
+            + summed_payload
         ) & _MASK32
 
 

@@ -249,6 +249,40 @@ def test_payload_over_the_limit_gets_0xfa_and_a_close(relay: ServerThread) -> No
     assert client.request(Command.POLL)[0] == Result.EMPTY
 
 
+def test_the_php_clients_poll_carrying_its_previous_reply_of_any_size_is_served(relay: ServerThread) -> None:
+    """The original PHP client never clears its payload in poll(): each POLL carries the previous reply's payload,
+    which the original relay read and ignored. A reply over MAX_PAYLOAD must not make the next POLL an error."""
+    client = authed(relay, "php")
+    big = "b" * (MAX_PAYLOAD + (512 << 10))
+    enqueue(client.client_id, [{"id": "1"}, {"id": "2", "blob": big}, {"id": "3"}, {"id": "4"}])
+    payload = b""
+    values = []
+    for _ in range(4):
+        result, payload = client.request(Command.POLL, payload)
+        assert result == Result.OK, payload[:200]
+        values.append(decode_poll_reply(payload).columns[0].after)
+    assert values == [b"1", b"2", b"3", b"4"]
+    assert client.request(Command.POLL, payload)[0] == Result.EMPTY
+    assert client.request(Command.PING, bytes(MAX_PAYLOAD + 1))[0] == Result.OK
+    # Summed as it streams in, and still checked: a wrong checksum is the original's 0xFF, then a close.
+    frame = bytearray(
+        encode_request(Command.POLL, bytes(2 * MAX_PAYLOAD), client_id=client.client_id, token=client.token)
+    )
+    frame[-1] = 1
+    client.send(bytes(frame[: len(frame) // 2]))
+    time.sleep(0.1)
+    client.send(bytes(frame[len(frame) // 2 :]))
+    reply = client.reply()
+    assert reply[0] == Result.AUTH_FAILED and reply.endswith(b"Invalid Checksum\0")
+    assert client.closed_by_peer()
+    # Other commands keep the limit (their payloads are read whole).
+    client = authed(relay, "php")
+    client.send(
+        struct.pack("<HHIIIIIII", Command.FETCH, 0, MAX_PAYLOAD + 1, 0, client.client_id, client.token, 0, 0, 0)
+    )
+    assert client.reply()[0] == Result.MALFORMED
+
+
 def test_clients_that_disconnect_mid_request_cost_nothing(relay: ServerThread) -> None:
     for partial in (PING_REQUEST[:10], encode_request(Command.AUTH, encode_auth(1, "x"))[:40], AUTH_REQUEST[:32]):
         client = relay.connect()

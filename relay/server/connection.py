@@ -55,7 +55,7 @@ from clientproto import (
     verify_request,
 )
 from clientproto.codec import DECODERS, SESSIONLESS_COMMANDS, Request
-from clientproto.header import RequestHeader
+from clientproto.header import RequestHeader, payload_sum
 from relay import store
 from relay.server import snapshots
 from relay.server.queues import Delivery, SessionQueue, StaleSession
@@ -90,6 +90,29 @@ _POLL = int(Command.POLL)
 _POLLV2 = int(Command.POLLV2)
 _POLLS = frozenset((_POLL, _POLLV2))
 _MASK32 = 0xFFFFFFFF
+
+#: Commands whose payload the protocol ignores. The original read such payloads whatever their size, and its PHP
+#: client's POLL carries the previous reply as its payload (it never clears it): past MAX_PAYLOAD, a session's payload
+#: of these is summed for the checksum as it streams in and dropped, never kept.
+_PAYLOAD_IGNORED = frozenset((_POLL, _POLLV2, int(Command.PING)))
+
+
+class _IgnoredPayload:
+    """A request whose ignored payload is being read past: its header, the bytes still to come, their sum so far."""
+
+    __slots__ = ("header", "remaining", "summed")
+
+    def __init__(self, header: RequestHeader) -> None:
+        self.header = header
+        self.remaining = header.payload_size
+        self.summed = 0
+
+    def take(self, data: bytes | bytearray, at: int, end: int) -> int:
+        """Reads past what ``data[at:end]`` holds of the payload; returns where the payload (or ``data``) ends."""
+        upto = min(end, at + self.remaining)
+        self.summed += payload_sum(memoryview(data)[at:upto])
+        self.remaining -= upto - at
+        return upto
 
 
 class _Close(Exception):
@@ -151,6 +174,8 @@ class Connection(asyncio.Protocol):
         self._eof = False
         self._lost = False
         self._finished = False
+        #: A request of this session whose ignored payload (over MAX_PAYLOAD) is being read past.
+        self._ignoring: _IgnoredPayload | None = None
 
     # -- transport callbacks --------------------------------------------------------------------------------------
 
@@ -237,6 +262,15 @@ class Connection(asyncio.Protocol):
         served = False
         turn = 0
         while not self.closing and self._task is None and not self._writing:
+            ignoring = self._ignoring
+            if ignoring is not None:
+                at = ignoring.take(data, at, end)
+                if ignoring.remaining:
+                    break
+                self._ignoring = None
+                served = True
+                self._request_past_payload(ignoring)
+                continue
             if end - at < REQUEST_HEADER_SIZE:
                 break
             if turn == TURN_REQUESTS:
@@ -266,6 +300,10 @@ class Connection(asyncio.Protocol):
                     continue
             # Before AUTH only small payloads are read: unauthenticated connections cost a few KiB each.
             limit = MAX_PAYLOAD if session is not None else MAX_UNAUTHENTICATED_PAYLOAD
+            if size > limit and session is not None and command in _PAYLOAD_IGNORED:
+                at += REQUEST_HEADER_SIZE
+                self._ignoring = _IgnoredPayload(RequestHeader._make(fields))
+                continue
             if size > limit:  # the payload is never read
                 try:
                     decode_request_header(bytes(data[at : at + REQUEST_HEADER_SIZE]), max_payload=limit)
@@ -300,7 +338,15 @@ class Connection(asyncio.Protocol):
             self._input = b""
             return
         self._input = data[at:] if at else data
-        state = BUSY if self._task is not None else WRITING if self._writing else READING if self._input else IDLE
+        state = (
+            BUSY
+            if self._task is not None
+            else WRITING
+            if self._writing
+            else READING
+            if self._input or self._ignoring
+            else IDLE
+        )
         if served or state != self.state:
             # The first byte of a request starts its io_timeout (READING); a reply starts the idle timeout.
             self.state = state
@@ -316,12 +362,27 @@ class Connection(asyncio.Protocol):
         if not self.closing:
             self._serve_input()
 
-    def _request(self, header: RequestHeader, payload: bytes) -> None:
+    def _request_past_payload(self, ignoring: _IgnoredPayload) -> None:
+        """A request whose ignored payload was read past: checked against the sum of what streamed in, then served
+        as if it had none."""
+        header = ignoring.header
+        if header.checksum != header.checksum_with(ignoring.summed):
+            exc = BadChecksum(
+                f"request checksum: header has 0x{header.checksum:08x}, header fields and payload sum to "
+                f"0x{header.checksum_with(ignoring.summed):08x}"
+            )
+            log.info("connection %s: %s; closing", self.peer, exc)
+            self._send(error_reply(exc), close=True)
+            return
+        self._request(header, b"", verified=True)
+
+    def _request(self, header: RequestHeader, payload: bytes, *, verified: bool = False) -> None:
         # Order of the checks: checksum (0xFF, close), unknown command (0xFD), session (0xFB; an unauthenticated
         # connection learns nothing about payloads), payload (0xFA).
         command = header.command
         try:
-            verify_request(header, payload)
+            if not verified:
+                verify_request(header, payload)
             if command not in DECODERS:
                 raise UnknownCommand(f"command 0x{command:04x} is unknown")
             if command not in SESSIONLESS_COMMANDS:
