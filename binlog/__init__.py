@@ -54,7 +54,9 @@ either metadata or schema, signedness is taken as signed and strings of unknown 
 Errors
 ------
 ``BinlogError`` (base), ``ChecksumError`` (CRC32 mismatch; names file and position), ``PurgedPositionError`` (the
-start file is gone from the source: server error 1236; never retried), ``TruncatedEventError`` (an event shorter
+start file or GTID is gone from the source: server error 1236 saying so; never retried), ``UnreadablePositionError``
+(any other error 1236: a position inside an event or past its file's end, a truncated binlog, an event over the
+source's max_allowed_packet; never retried), ``TruncatedEventError`` (an event shorter
 than its layout), ``ConnectionLostError`` and ``ServerError`` (retried by the stream). A rows event for a table id no
 TABLE_MAP announced raises ``BinlogError``; unknown event types are skipped by size.
 """
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         PurgedPositionError,
         ServerError,
         TruncatedEventError,
+        UnreadablePositionError,
     )
     from binlog.files import read_binlog_files
     from binlog.parser import EventDecoder
@@ -100,6 +103,7 @@ __all__ = [
     "TableInfo",
     "Transaction",
     "TruncatedEventError",
+    "UnreadablePositionError",
     "read_binlog_files",
 ]
 
@@ -114,6 +118,7 @@ _MODULES = {
     "ChecksumError": "errors",
     "ConnectionLostError": "errors",
     "PurgedPositionError": "errors",
+    "UnreadablePositionError": "errors",
     "ServerError": "errors",
     "TruncatedEventError": "errors",
     "read_binlog_files": "files",

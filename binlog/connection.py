@@ -29,7 +29,14 @@ from binlog.constants import (
     ER_MASTER_FATAL_ERROR_READING_BINLOG,
     MARIA_SLAVE_CAPABILITY_GTID,
 )
-from binlog.errors import AccessDeniedError, BinlogError, ConnectionLostError, PurgedPositionError, ServerError
+from binlog.errors import (
+    AccessDeniedError,
+    BinlogError,
+    ConnectionLostError,
+    PurgedPositionError,
+    ServerError,
+    UnreadablePositionError,
+)
 from binlog.gtid import MysqlGtidSet
 from binlog.position import Position
 from binlog.settings import SourceSettings
@@ -44,6 +51,12 @@ MAX_PACKET_LEN = 0xFFFFFF
 LOGIN_REFUSED = frozenset({1044, 1045, 1130, 1698})  # DBACCESS_DENIED, ACCESS_DENIED, HOST_NOT_PRIVILEGED, NO_PASSWORD
 PRIVILEGE_MISSING = 1227  # ER_SPECIFIC_ACCESS_DENIED_ERROR: "you need (at least one of) the X privilege(s)"
 _NEEDED = re.compile(r"the (?P<privileges>[A-Z ,_]+?) privilege")
+#: Error 1236's messages that mean the source no longer has what was asked for (MariaDB's and MySQL's wordings): a
+#: file not in its binlog index, a GTID not in its binlogs, binlogs with the needed GTIDs purged.
+_PURGED = re.compile(
+    r"could not find first log file name|not in the master's binlog|could not find gtid state|purged",
+    re.IGNORECASE,
+)
 _HEADER = struct.Struct("<HBB")
 
 
@@ -126,6 +139,17 @@ class ReplicationConnection:
         if not self.is_mariadb and _version_tuple(self.version) >= (8, 2):
             return "SHOW BINARY LOG STATUS"
         return "SHOW MASTER STATUS"
+
+    def binary_logs(self) -> list[tuple[str, int]] | None:
+        """The source's binlog files and their sizes, oldest first (SHOW BINARY LOGS); None when the user may not
+        list them (REPLICATION CLIENT, BINLOG MONITOR on MariaDB)."""
+        try:
+            rows = self.query("SHOW BINARY LOGS")
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] in (PRIVILEGE_MISSING, *LOGIN_REFUSED):
+                return None
+            raise
+        return [(_text(row[0]), int(row[1])) for row in rows]
 
     def current_position(self) -> Position:
         """The source's current end of binlog (and, where available, its GTID state there)."""
@@ -270,7 +294,11 @@ class ReplicationConnection:
             message = message[6:]
         text = message.decode("utf-8", "replace")
         if code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
-            raise PurgedPositionError(self._start.file, f"source error {code}: {text}")
+            # One code for every reason the dump stops: only a file or GTID the source no longer has is "purged"
+            # (the changes since are lost to the reader); the others are a wrong position or a broken binlog.
+            if _PURGED.search(text):
+                raise PurgedPositionError(self._start.file, f"source error {code}: {text}")
+            raise UnreadablePositionError(self._start.file, self._start.pos, f"source error {code}: {text}")
         if code == PRIVILEGE_MISSING or code in LOGIN_REFUSED:
             raise self._denied(code, text, "REPLICATION SLAVE")
         raise ServerError(code, text)

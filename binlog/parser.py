@@ -49,7 +49,7 @@ from binlog.constants import (
     XA_PREPARE_LOG_EVENT,
     XID_EVENT,
 )
-from binlog.errors import BinlogError, ChecksumError, TruncatedEventError
+from binlog.errors import BinlogError, ChecksumError, TruncatedEventError, UnreadablePositionError
 from binlog.events import (
     HEADER,
     FormatDescription,
@@ -169,6 +169,9 @@ class EventDecoder:
         self.maria_gtids = MariaGtidState(gtid) if gtid and not is_mysql_gtid_text(gtid) else MariaGtidState()
         self._flavor = "mysql" if is_mysql_gtid_text(gtid) else ("mariadb" if gtid else "")
         self._start_gtid = gtid
+        #: A transaction's start (a GTID event, BEGIN) was read: before it, a TABLE_MAP means the reading began inside
+        #: a transaction, whose rows after that point are not the whole of it.
+        self._group_started = False
         self.last_timestamp = 0
         self.events = 0
         self._reset_transaction()
@@ -360,6 +363,14 @@ class EventDecoder:
     def _table_map(
         self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
     ) -> None:
+        if not self._group_started:
+            raise UnreadablePositionError(
+                self._committed.file,
+                self._committed.pos,
+                f"it is inside a transaction (a TABLE_MAP at {self.file}:{log_pos} comes before any transaction "
+                "start): its rows from there on are not the whole transaction. Start at the transaction's first event "
+                "(its GTID event or BEGIN) or after its commit; SHOW BINLOG EVENTS lists the events",
+            )
         body = bytes(body)
         entry = self._map_cache.get(body)
         if entry is None:
@@ -456,6 +467,7 @@ class EventDecoder:
         raise BinlogError(f"{self.file} is encrypted (binlog encryption); read it through the server instead")
 
     def _start_open(self, timestamp: int) -> None:
+        self._group_started = True
         if self.changes or self.in_transaction:
             # A transaction that never committed (the source crashed, or we joined mid-stream) is dropped: the binlog
             # contains only committed transactions, so this cannot happen with a healthy source.
@@ -478,6 +490,7 @@ class EventDecoder:
             query = _uncompress_block(query.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
         keyword = _statement_keyword(query)
         if keyword == "BEGIN" or (keyword == "XA" and query.split()[1:2] in (["START"], ["BEGIN"])):
+            self._group_started = True
             if self.changes:
                 self._start_open(timestamp)  # the previous transaction never committed: drop its changes
             if not self.in_transaction:

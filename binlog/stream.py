@@ -17,7 +17,7 @@ import pymysql
 
 from binlog.changes import Transaction
 from binlog.connection import ReplicationConnection
-from binlog.errors import BinlogError, ConnectionLostError, PurgedPositionError, ServerError
+from binlog.errors import BinlogError, ConnectionLostError, PurgedPositionError, ServerError, UnreadablePositionError
 from binlog.parser import EventDecoder
 from binlog.position import Position
 from binlog.schema import InformationSchemaProvider, SchemaProvider
@@ -159,7 +159,7 @@ class BinlogStream:
                 else:
                     self.lag_seconds = 0.0  # a heartbeat: the source has nothing newer
                 yield trx
-            except PurgedPositionError as exc:
+            except (PurgedPositionError, UnreadablePositionError) as exc:
                 self.last_error = str(exc)
                 self._drop_connection()
                 raise

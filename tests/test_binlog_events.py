@@ -26,6 +26,7 @@ from binlog import (
 from binlog.connection import binlog_dump_gtid_payload, binlog_dump_payload, register_slave_payload
 from binlog.constants import (
     FORMAT_DESCRIPTION_EVENT,
+    GTID_EVENT,
     GTID_LOG_EVENT,
     PREVIOUS_GTIDS_LOG_EVENT,
     QUERY_EVENT,
@@ -279,7 +280,7 @@ def typed_events(mariadb: MariaDB) -> tuple[str, list[bytes]]:
 def test_mutated_events_end_in_a_binlog_error(typed_events: tuple[str, list[bytes]]) -> None:
     """Real events with random bytes changed, cut out or slipped in (the checksum made right again, so that the
     decoder reads them): each decodes or raises a BinlogError that names the problem; no other exception, no
-    endless loop. Each is fed after the FORMAT_DESCRIPTION and the TABLE_MAPs before it."""
+    endless loop. Each is fed after the FORMAT_DESCRIPTION, the transaction's start and the TABLE_MAPs before it."""
     name, events = typed_events
     fde = next(e for e in events if e[4] == FORMAT_DESCRIPTION_EVENT)
     rng = random.Random(27)
@@ -300,6 +301,9 @@ def test_mutated_events_end_in_a_binlog_error(typed_events: tuple[str, list[byte
             event[9:13] = struct.pack("<I", len(event))  # the header's size agrees with the new length
         decoder = EventDecoder(file=name)
         decoder.feed(fde)
+        start = next((e for e in reversed(events[:index]) if e[4] in (GTID_EVENT, GTID_LOG_EVENT)), None)
+        if start is not None:
+            decoder.feed(start)
         for earlier in events[max(0, index - 3) : index]:
             if earlier[4] == TABLE_MAP_EVENT:
                 decoder.feed(earlier)

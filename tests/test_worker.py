@@ -199,12 +199,57 @@ def test_purged_checkpoint_stops_with_a_message_and_from_skips_forward(own_maria
     assert failed.wait(60) == 2
     assert old_file in failed.output
     assert "--from" in failed.output
+    assert f"{old_file} was purged" in failed.output
     status = WorkerStatus.objects.get()
     assert status.state == "failed" and old_file in status.last_error
 
     resumed = start_worker(server, (newest, 4))
     caught_up(server, resumed)
     assert [key for *_, key in queue_of("c")] == ["1", "3"]  # 2 was purged before the relay read it
+
+
+def test_a_start_position_the_source_cannot_read_from_is_named_so_and_never_called_purged(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """Error 1236 has many causes; only a file or GTID the source no longer has means changes were lost. A --from of
+    a file the source never had, or past its end, is refused before it becomes the checkpoint; one inside an event or
+    inside a transaction stops the worker with a message that says so (exit 1, nothing delivered)."""
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20))")
+    subscribe("c", 7, schema, "t")
+    file, before = server.binlog_position()
+    server.execute(
+        "BEGIN",
+        f"INSERT INTO `{schema}`.t VALUES (1, 'debit')",
+        f"INSERT INTO `{schema}`.t VALUES (2, 'credit')",
+        "COMMIT",
+    )
+    events = server.query(f"SHOW BINLOG EVENTS IN '{file}' FROM {before}")
+    second_map = [row[1] for row in events if row[2] == "Table_map"][1]
+    size = dict((row[0], int(row[1])) for row in server.query("SHOW BINARY LOGS"))[file]
+
+    for start, expected in (
+        (("binlog.000099", 4), "the source has no binlog binlog.000099"),
+        ((file, size + 1000), f"outside {file}"),
+    ):
+        refused = start_worker(server, start)
+        assert refused.wait(60) == 1, refused.output[-3000:]
+        assert expected in refused.output and "are lost" not in refused.output, refused.output[-3000:]
+        assert not Checkpoint.objects.exists()  # a later start without --from is not sent there
+    for start, expected in (
+        ((file, before + 7), "binlog truncated in the middle of event"),
+        ((file, second_map), "inside a transaction"),
+    ):
+        failed = start_worker(server, start)
+        assert failed.wait(60) == 1, failed.output[-3000:]
+        assert expected in failed.output and "--from at an event's start" in failed.output, failed.output[-3000:]
+        assert "are lost" not in failed.output
+        assert WorkerStatus.objects.get().state == "failed"
+        assert queue_of("c") == []  # not the transaction's second half as if it were all of it
+    Checkpoint.objects.update(binlog_file="other-bin.000001", binlog_pos=4)
+    stranger = start_worker(server)
+    assert stranger.wait(60) == 2
+    assert "never written there" in stranger.output, stranger.output[-3000:]
 
 
 def test_second_worker_is_a_standby_and_takes_over(fresh_schema: tuple[MariaDB, str]) -> None:

@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from binlog import BinlogError, Position, PurgedPositionError, SourceSettings, Transaction
 from binlog.connection import ReplicationConnection
-from binlog.errors import AccessDeniedError, ConnectionLostError
+from binlog.errors import AccessDeniedError, ConnectionLostError, UnreadablePositionError
 from binlog.stream import BinlogStream
 from relay import store
 from relay.config import RelayConfig
@@ -73,6 +73,13 @@ class WorkerOptions:
     # A standby takes over from an active worker whose lock session has been idle this long (frozen, paused, cut off
     # from the store): relay/worker/leader.py. 0: only when it dies.
     takeover_seconds: float = 30.0
+
+
+def _binlog_order(name: str) -> tuple[str, int]:
+    """A binlog file's place in its sequence: its base name, then its number (binlog.000010 after binlog.000009, and
+    after binlog.999999 comes binlog.1000000)."""
+    base, _, number = name.rpartition(".")
+    return (base, int(number)) if number.isdigit() else (name, -1)
 
 
 def source_key(config: RelayConfig) -> str:
@@ -301,13 +308,18 @@ class Worker:
             return self._refused(exc)
         except PurgedPositionError as exc:
             message = (
-                f"{exc}. The changes between the checkpoint and the oldest binlog the source still has are lost "
-                f"to this relay; to skip forward explicitly, restart with --from FILE:POS (for example the "
-                f"source's oldest binlog, see SHOW BINARY LOGS) or --from-gtid."
+                f"{exc}.{self._what_the_source_has(exc.file)} The changes between the checkpoint and the oldest "
+                f"binlog the source still has are lost to this relay; to skip forward explicitly, restart with --from "
+                f"FILE:POS (for example the source's oldest binlog, see SHOW BINARY LOGS) or --from-gtid."
             )
             log.error("%s", message)
             self._set_status(WorkerStatus.State.FAILED, last_error=message, last_error_at=timezone.now())
             return EXIT_PURGED
+        except UnreadablePositionError as exc:
+            return self._failed(
+                f"{exc}. Nothing after the checkpoint was applied; if the position came from --from or StartFrom, "
+                f"start again with --from at an event's start (SHOW BINLOG EVENTS lists them)"
+            )
         except BinlogError as exc:
             log.error("binlog stream failed: %s", exc)
             self._set_status(WorkerStatus.State.FAILED, last_error=str(exc), last_error_at=timezone.now())
@@ -337,6 +349,7 @@ class Worker:
         checkpoint = self._checkpoint()
         if self.options.start is not None and not self._explicit_start_stored:
             if checkpoint == self._checkpoint_at_launch:
+                self._check_explicit_start(self.options.start)
                 self._store_start(self.options.start, "--from")
                 self._explicit_start_stored = True
                 return self.options.start
@@ -358,6 +371,52 @@ class Worker:
             chosen, why = current, "the source's current position"
         self._store_start(chosen, why)
         return chosen
+
+    def _binary_logs(self) -> list[tuple[str, int]] | None:
+        """The source's binlogs and their sizes; None when it cannot be asked (unreachable, or not allowed)."""
+        conn = ReplicationConnection(source_settings(self.config))
+        try:
+            conn.connect()
+            return conn.binary_logs()
+        except (*_SOURCE_UNREACHABLE, BinlogError):
+            return None
+        finally:
+            conn.close()
+
+    def _check_explicit_start(self, start: Position) -> None:
+        """Refuses a --from FILE:POS the source does not have, before it becomes the checkpoint (a later start without
+        --from would otherwise fail the same way). Unchecked when the source's binlogs cannot be listed."""
+        if not start.file:
+            return  # --from-gtid: the source itself says whether it has that GTID
+        logs = self._binary_logs()
+        if not logs:
+            return
+        sizes = dict(logs)
+        if start.file not in sizes:
+            raise BinlogError(
+                f"--from {start.file}:{start.pos}: the source has no binlog {start.file} (it has {logs[0][0]} to "
+                f"{logs[-1][0]})"
+            )
+        if not 4 <= start.pos <= sizes[start.file]:
+            raise BinlogError(
+                f"--from {start.file}:{start.pos}: outside {start.file}, whose events run from 4 to {sizes[start.file]}"
+            )
+
+    def _what_the_source_has(self, file: str) -> str:
+        """Where a missing binlog file stands among those the source has: purged (older than its oldest) or never
+        written there (newer than its newest: another source's file, or the source's binlog was reset)."""
+        logs = self._binary_logs()
+        if not file or not logs:
+            return ""
+        oldest, newest = logs[0][0], logs[-1][0]
+        (base, number), (newest_base, newest_number) = _binlog_order(file), _binlog_order(newest)
+        if base != newest_base or number > newest_number:
+            return (
+                f" The source's binlogs run from {oldest} to {newest}: {file} is not of that sequence or newer than "
+                f"all of them, so it was never written there (a file of another source, or the source's binlog was "
+                f"reset)."
+            )
+        return f" The source's binlogs run from {oldest} to {newest}: {file} was purged."
 
     def _store_start(self, position: Position, why: str) -> None:
         write_checkpoint(self.source, position)
