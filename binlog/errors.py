@@ -34,12 +34,12 @@ class PurgedPositionError(BinlogError):
 
 
 class UnreadablePositionError(BinlogError):
-    """The source cannot send its binlog from where it was asked to, for a reason other than purging: a position
+    """The binlog cannot be read from where it was asked to, for a reason other than purging: a position
     inside an event or past its file's end, a binlog truncated on the source, an event over its max_allowed_packet.
     No retry helps, and skipping forward would be a guess: the operator chooses the position."""
 
     def __init__(self, file: str, pos: int, message: str) -> None:
-        super().__init__(f"the source cannot send its binlog from {file}:{pos}: {message}")
+        super().__init__(f"cannot read the binlog from {file}:{pos}: {message}")
         self.file = file
         self.pos = pos
 
