@@ -135,6 +135,13 @@ class Transaction:
     #: Bytes of the rows events its changes came from (what a reader holds for it, about): bounds set in rows alone
     #: would let a few hundred wide rows (large JSON or BLOB values) fill the memory.
     size: int = 0
+    #: XA (two-phase) transactions, binlog/xa.py. "prepare": the group ended with XA PREPARE, so its rows are not
+    #: committed: they are in ``prepared``, not in ``changes``, and a reader holds them until an XA COMMIT of ``xid``
+    #: delivers them (or an XA ROLLBACK drops them). "commit" / "rollback": that second group, naming ``xid``; its
+    #: ``changes`` are empty (the rows are those its prepare held). "" for every other transaction.
+    xa: str = ""
+    xid: str = ""
+    prepared: list[RowChange] = field(default_factory=list)
 
     @property
     def weight(self) -> int:

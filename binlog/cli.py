@@ -1052,8 +1052,9 @@ def text_lines(
     """The lines of the row changes in binlog files, one list per transaction, as ``change_as_text`` writes each
     change that ``read_binlog_files`` reads."""
     for trx in decode_files(_TextEventDecoder(schema_provider), opened(paths), start=start):
-        if trx.changes:
-            yield cast(list[str], trx.changes)
+        lines = trx.changes or trx.prepared  # an XA transaction's rows are shown where the binlog has them
+        if lines:
+            yield cast(list[str], lines)
 
 
 def print_changes(transactions: Iterable[Transaction], out: TextIO, as_json: bool, flush: bool = True) -> int:
@@ -1062,7 +1063,7 @@ def print_changes(transactions: Iterable[Transaction], out: TextIO, as_json: boo
     count = 0
     render = change_as_json if as_json else change_as_text
     for trx in transactions:
-        changes = trx.changes
+        changes = trx.changes or trx.prepared  # an XA transaction's rows are shown at its XA PREPARE, as in the binlog
         if changes:
             out.write("\n".join(map(render, changes)) + "\n")
             if flush:

@@ -13,6 +13,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable
 
+from binlog import xa
 from binlog.changes import ROW_BYTES, RowChange, Transaction
 from binlog.constants import (
     ANONYMOUS_GTID_LOG_EVENT,
@@ -22,6 +23,7 @@ from binlog.constants import (
     COMPRESSED_ROWS_EVENTS,
     DELETE_ROWS_EVENTS,
     EVENT_TYPE_NAMES,
+    FL_PREPARED_XA,
     FL_STANDALONE,
     FORMAT_DESCRIPTION_EVENT,
     GTID_EVENT,
@@ -182,6 +184,7 @@ class EventDecoder:
 
     def _reset_transaction(self) -> None:
         self.in_transaction = False
+        self._xa_open = False  # an XA transaction: its rows end with XA PREPARE, so none may go out in parts before
         self.changes: list[RowChange] = []
         self._rows_bytes = 0  # of the rows events since the transaction (or its last part) began
         self.statements: list[str] = []
@@ -313,8 +316,10 @@ class EventDecoder:
                 self.pos = log_pos
             self._rows(event, event_type, end, timestamp, log_pos)
             self._rows_bytes += size
-            if self.chunk_rows is not None and (
-                len(self.changes) >= self.chunk_rows or self._rows_bytes >= self.chunk_bytes
+            if (
+                self.chunk_rows is not None
+                and (len(self.changes) >= self.chunk_rows or self._rows_bytes >= self.chunk_bytes)
+                and not self._xa_open
             ):
                 return self._chunk()
             return None
@@ -400,7 +405,13 @@ class EventDecoder:
     ) -> Transaction:
         if log_pos > self.pos:
             self.pos = log_pos
-        return self._commit(timestamp)
+        one_phase, xid = xa.parse_xa_prepare(body)
+        if one_phase:  # XA COMMIT ... ONE PHASE: committed here
+            return self._commit(timestamp)
+        prepared, self.changes = self.changes, []
+        trx = self._commit(timestamp)
+        trx.xa, trx.xid, trx.prepared = "prepare", xid, prepared
+        return trx
 
     def _mariadb_gtid(
         self, body: bytes, event_type: int, server_id: int, timestamp: int, log_pos: int, flags: int
@@ -412,6 +423,7 @@ class EventDecoder:
         self.trx_gtid = f"{domain}-{server_id}-{seq}"
         # Without FL_STANDALONE the GTID event stands for BEGIN; with it, the next statement is the whole group.
         self.in_transaction = not flags2 & FL_STANDALONE
+        self._xa_open = bool(flags2 & FL_PREPARED_XA)  # MariaDB's GTID event stands for XA START too
         self._move_past(log_pos, flags)
 
     def _mysql_gtid(
@@ -491,6 +503,7 @@ class EventDecoder:
         keyword = _statement_keyword(query)
         if keyword == "BEGIN" or (keyword == "XA" and query.split()[1:2] in (["START"], ["BEGIN"])):
             self._group_started = True
+            self._xa_open = keyword == "XA"
             if self.changes:
                 self._start_open(timestamp)  # the previous transaction never committed: drop its changes
             if not self.in_transaction:
@@ -504,9 +517,20 @@ class EventDecoder:
             return None
         if keyword == "XA":
             words = query.upper().split()
-            if len(words) > 1 and words[1] in ("COMMIT", "PREPARE", "ROLLBACK"):
-                return self._commit(timestamp)
-            return None
+            if len(words) < 2 or words[1] not in ("COMMIT", "PREPARE", "ROLLBACK"):
+                return None  # XA END
+            ended = xa.ending(query) if words[1] != "PREPARE" and not self.changes else None
+            trx = self._commit(timestamp)  # with rows of its own: a one-phase XA COMMIT
+            if ended is not None:
+                trx.xa, trx.xid = ended[0].lower(), ended[1]
+            elif words[1] != "PREPARE" and not trx.changes:
+                logger("binlog.parser").warning(
+                    "%s at %s:%d names its XA transaction in a form this reader cannot match to its prepare: %r",
+                    words[1],
+                    *self._where(),
+                    query[:200],
+                )
+            return trx
         self.statements.append(query)
         self.statement_schemas.append(schema)
         if keyword in _DDL_PREFIXES:

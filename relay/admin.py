@@ -31,6 +31,7 @@ from relay.models import (
     Filter,
     FilterVersion,
     LagSample,
+    PreparedTransaction,
     QueueEntry,
     QueueSample,
     QueueState,
@@ -518,6 +519,15 @@ class ServedEventAdmin(ReadOnlyAdmin):
 class CheckpointAdmin(ReadOnlyAdmin):
     list_display = ("source", "binlog_file", "binlog_pos", "gtid", "updated")
     search_fields = ("source",)
+
+
+@admin.register(PreparedTransaction)
+class PreparedTransactionAdmin(ReadOnlyAdmin):
+    """XA transactions prepared on the source, their rows held until its XA COMMIT (relay/worker/xa.py)."""
+
+    list_display = ("source", "xid", "rows", "binlog_file", "binlog_pos", "gtid", "prepared_at")
+    search_fields = ("source", "xid")
+    exclude = ("changes",)  # pickled rows: nothing to read here
 
 
 @admin.register(WorkerStatus)

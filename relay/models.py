@@ -273,6 +273,29 @@ class Checkpoint(models.Model):
         return f"{self.source} @ {self.binlog_file}:{self.binlog_pos}"
 
 
+class PreparedTransaction(models.Model):
+    """The rows of an XA transaction that the source prepared and has not yet committed or rolled back
+    (binlog/xa.py): held here, written with the checkpoint that passes its XA PREPARE, until its XA COMMIT delivers them
+    or its XA ROLLBACK drops them (relay/worker/xa.py)."""
+
+    source = models.CharField(max_length=255)
+    #: X'<gtrid hex>',X'<bqual hex>',<format id>, as the binlog writes it (each part at most 64 bytes).
+    xid = models.CharField(max_length=300)
+    gtid = models.CharField(max_length=255, blank=True, default="")
+    binlog_file = models.CharField(max_length=255)
+    binlog_pos = models.BigIntegerField()
+    rows = models.IntegerField()
+    #: The decoded changes, pickled: the worker alone writes and reads them, and the store is its own.
+    changes = models.BinaryField()
+    prepared_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "xid"], name="prepared_transaction_source_xid")]
+
+    def __str__(self) -> str:
+        return f"{self.source} XA {self.xid} ({self.rows} rows)"
+
+
 class WorkerStatus(models.Model):
     """The binlog worker's state and counters, per source, for the dashboard and /metrics."""
 

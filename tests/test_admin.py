@@ -37,6 +37,7 @@ READ_ONLY = [
     "servedevent",
     "queuestate",
     "checkpoint",
+    "preparedtransaction",
     "workerstatus",
     "eventcount",
     "tableusage",

@@ -233,3 +233,45 @@ def test_giving_up_after_the_configured_attempts(mariadb: MariaDB) -> None:
     with pytest.raises(BinlogError, match="giving up after 2 reconnect attempts") as info:
         list(BinlogStream(settings, Position("binlog.000001", 4)))
     assert "cannot connect" in str(info.value)
+
+
+def test_an_xa_transactions_rows_come_with_its_prepare_apart_from_the_commits(mariadb: MariaDB) -> None:
+    """An XA transaction's rows end with XA PREPARE, not committed: they come in ``prepared``, never in ``changes``,
+    and a later transaction names their fate (XA COMMIT or ROLLBACK of the same xid). Nor do they come in parts, however
+    many: a part would go out before the prepare says what they are. A one-phase XA COMMIT is an ordinary commit."""
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20))")
+    start = Position(*mariadb.binlog_position())
+    # Each call is a connection of its own: a prepared XA transaction outlives it, and another ends it.
+    mariadb.execute(
+        "XA START 'rb'", f"INSERT INTO `{schema}`.t VALUES (1, 'rolled back')", "XA END 'rb'", "XA PREPARE 'rb'"
+    )
+    mariadb.execute(f"INSERT INTO `{schema}`.t VALUES (2, 'plain')")
+    mariadb.execute("XA ROLLBACK 'rb'")
+    mariadb.execute(
+        "XA START 'ok', 'branch', 7",
+        f"INSERT INTO `{schema}`.t SELECT seq + 100, 'xa' FROM `{schema}`.seq_1_to_30",
+        "XA END 'ok', 'branch', 7",
+        "XA PREPARE 'ok', 'branch', 7",
+    )
+    mariadb.execute("XA COMMIT 'ok', 'branch', 7")
+    mariadb.execute(
+        "XA START 'one'",
+        f"INSERT INTO `{schema}`.t VALUES (3, 'one phase')",
+        "XA END 'one'",
+        "XA COMMIT 'one' ONE PHASE",
+    )
+    steps = [
+        (t.xa, t.xid, [c.after[0] for c in t.changes], [c.after[0] for c in t.prepared], t.partial)
+        for t in BinlogStream(settings_for(mariadb), start, blocking=False, chunk_rows=10)
+        if t.changes or t.prepared or t.xa
+    ]
+    rb, ok = "X'7262',X'',1", "X'6f6b',X'6272616e6368',7"
+    assert steps == [
+        ("prepare", rb, [], ["1"], False),
+        ("", "", ["2"], [], False),
+        ("rollback", rb, [], [], False),
+        ("prepare", ok, [], [str(n) for n in range(101, 131)], False),
+        ("commit", ok, [], [], False),
+        ("", "", ["3"], [], False),
+    ]

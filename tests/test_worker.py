@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import threading
@@ -14,8 +15,18 @@ from django.db import connection
 from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
 from relay import store
-from relay.models import Change, Checkpoint, Client, QueueState, SchemaTable, TableUsage, WorkerStatus
+from relay.models import (
+    Change,
+    Checkpoint,
+    Client,
+    PreparedTransaction,
+    QueueState,
+    SchemaTable,
+    TableUsage,
+    WorkerStatus,
+)
 from relay.store import rowcodec
+from relay.web.metrics import render_metrics
 from tests.helpers.processes import RelayProcess
 from tests.helpers.queues import queue_size
 from tests.helpers.scratch import scratch_dir
@@ -250,6 +261,50 @@ def test_a_start_position_the_source_cannot_read_from_is_named_so_and_never_call
     stranger = start_worker(server)
     assert stranger.wait(60) == 2
     assert "never written there" in stranger.output, stranger.output[-3000:]
+
+
+def test_xa_rows_are_queued_at_their_commit_never_when_rolled_back_and_survive_a_restart_in_between(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """An XA transaction's rows are prepared in one binlog group and committed (or rolled back) in a later one. They
+    are queued at the commit, at its place among the other transactions, once, even when the worker stops between
+    the two; a rolled-back transaction's rows are never queued."""
+    server, schema = fresh_schema
+    table = f"`{schema}`.t"
+    server.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY)")
+    subscribe("c", 7, schema, "t")
+    try:
+        _xa_commit_and_rollback_around_a_restart(server, table)
+    finally:  # a prepared transaction left behind would hold its locks on the shared server for ever
+        for xid in ("rb", "ok"):
+            with contextlib.suppress(Exception):
+                server.execute(f"XA ROLLBACK '{xid}'")
+
+
+def _xa_commit_and_rollback_around_a_restart(server: MariaDB, table: str) -> None:
+    worker = start_worker(server, server.binlog_position())
+    # Each call is a connection of its own: a prepared XA transaction outlives it, and another ends it.
+    server.execute("XA START 'rb'", f"INSERT INTO {table} VALUES (1)", "XA END 'rb'", "XA PREPARE 'rb'")
+    server.execute("XA START 'ok'", f"INSERT INTO {table} VALUES (2), (3)", "XA END 'ok'", "XA PREPARE 'ok'")
+    server.execute(f"INSERT INTO {table} VALUES (4)")
+    caught_up(server, worker)
+    assert [key for *_, key in queue_of("c")] == ["4"]  # prepared is not committed
+    assert sorted(PreparedTransaction.objects.values_list("xid", "rows")) == [
+        ("X'6f6b',X'',1", 2),
+        ("X'7262',X'',1", 1),
+    ]
+    source = WorkerStatus.objects.get().source
+    assert f'relay_xa_prepared_transactions{{source="{source}"}} 2' in render_metrics()
+    assert worker.stop() == 0
+    server.execute("XA ROLLBACK 'rb'")
+    server.execute("XA COMMIT 'ok'")
+    server.execute(f"INSERT INTO {table} VALUES (5)")
+    worker = start_worker(server)
+    caught_up(server, worker)
+    assert [key for *_, key in queue_of("c")] == ["4", "2", "3", "5"]
+    assert not PreparedTransaction.objects.exists()
+    assert f'relay_xa_prepared_transactions{{source="{source}"}} 0' in render_metrics()
+    assert sorted(server.query(f"SELECT id FROM {table}")) == [(2,), (3,), (4,), (5,)]
 
 
 def test_second_worker_is_a_standby_and_takes_over(fresh_schema: tuple[MariaDB, str]) -> None:

@@ -186,12 +186,15 @@ def read_binlog(
 
 
 def _count_transaction(tally: FileTally, tx: Any, absent: Any) -> None:
-    if not tx.changes:
+    # An XA transaction's rows count where the binlog has them, at its XA PREPARE (its XA COMMIT may lie in another
+    # file, read by another task).
+    changes = tx.changes or tx.prepared
+    if not changes:
         if tx.statements or tx.gtid:  # DDL or an empty transaction: counted per hour, not per table
             tally.add_transaction(tx.timestamp, ())
         return
     touched = set()
-    for change in tx.changes:
+    for change in changes:
         touched.add(tally.add_row(change.schema, change.table, change.kind, change.timestamp))
         if change.kind == 2 and change.before is not None and change.after is not None:
             tally.add_column_changes(

@@ -12,14 +12,14 @@ import os
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from binlog import nativerows
 from clientproto import records
-from relay.models import TableUsage, WorkerStatus
+from relay.models import PreparedTransaction, TableUsage, WorkerStatus
 from relay.web import dashboard, health
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -150,6 +150,14 @@ def render_metrics() -> str:
         "TABLE_MAPs that disagreed with the schema history, and DDL statements it could not read: that table's rows "
         "went out with positional names (@1, @2...) until the history knew it again.",
         [({"source": name}, worker.schema_problems) for name, worker, _ in workers],
+    )
+    held = dict(PreparedTransaction.objects.values("source").annotate(n=Count("id")).values_list("source", "n"))
+    out.family(
+        "relay_xa_prepared_transactions",
+        "gauge",
+        "XA transactions the source prepared and has not yet committed or rolled back: their rows are held in the "
+        "store, not queued, until the XA COMMIT (one that stays for long holds its rows, and the source's locks).",
+        [({"source": name}, held.get(name, 0)) for name, _, _ in workers],
     )
     out.family(
         "relay_transactions_total",

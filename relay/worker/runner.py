@@ -45,7 +45,7 @@ from relay.config import RelayConfig
 from relay.models import Checkpoint, WorkerStatus
 from relay.startup import first_line
 from relay.store.schemahistory import open_history
-from relay.worker import bulk, usage
+from relay.worker import bulk, usage, xa
 from relay.worker.changelog import ChangeLog
 from relay.worker.handoff import Empty, RowBoundedHandoff
 from relay.worker.ingest import Ingestor, write_checkpoint
@@ -615,6 +615,7 @@ class Worker:
         # The status report rides in the batch's transaction (one WorkerStatus write, one commit, one WAL flush).
         started = time.monotonic()
         with transaction.atomic():
+            xa.settle(self.source, batch)  # before routing: an XA COMMIT's rows are those its prepare held
             SnapshotCoordinator.record(placed)
             ingestor.apply(items, status=self._progress(batch[-1]))
             self._sample()

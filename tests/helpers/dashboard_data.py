@@ -7,6 +7,7 @@ the relay server's store calls (tests/helpers/queues.py).
 
 from __future__ import annotations
 
+import pickle
 import time
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from binlog.schemahistory import SchemaHistory
 from binlog.schemamodel import Column, SchemaModel, TableDef
 from binlog.table import ColumnInfo, TableInfo
 from relay import store
-from relay.models import Client, ColumnChangeHistory, RelayProcess, UsageHistory, WorkerStatus
+from relay.models import Client, ColumnChangeHistory, PreparedTransaction, RelayProcess, UsageHistory, WorkerStatus
 from relay.store import relayprocess
 from relay.store.schemahistory import StoreHistory
 from relay.worker.ingest import Ingestor
@@ -153,6 +154,16 @@ def fill_store(now: int | None = None, transaction_count: int = 120) -> Filled:
             "last_error": f"lost connection: {HOSTILE}",
             "last_error_at": moment,
         },
+    )
+    # An XA transaction prepared on the source, its rows held until its commit (relay/worker/xa.py).
+    PreparedTransaction.objects.create(
+        source=SOURCE,
+        xid=f"X'{HOSTILE.encode().hex()}',X'',1",
+        gtid="0-1-41",
+        binlog_file="binlog.000042",
+        binlog_pos=123000,
+        rows=0,
+        changes=pickle.dumps([]),
     )
     # A relay process holding the sessions, and one that stopped reporting a minute ago.
     relay_id = relayprocess.register(
