@@ -15,10 +15,12 @@ worse than an error for a model that decides column names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from binlog.charsets import max_bytes_per_char
 from binlog.schemamodel import GEOMETRY_TYPES, Column, SchemaModel, TableDef
+from binlog.table import STRING_ESCAPES
 
 
 class DdlError(Exception):
@@ -111,8 +113,7 @@ def _quoted(sql: str, i: int, quote: str, *, backslash: bool) -> tuple[str, int]
                 continue
             return "".join(out), j + 1
         if backslash and ch == "\\" and j + 1 < len(sql):
-            nxt = sql[j + 1]
-            out.append({"n": "\n", "t": "\t", "r": "\r", "0": "\0", "Z": "\x1a", "b": "\b"}.get(nxt, nxt))
+            out.append(STRING_ESCAPES.get(sql[j + 1], sql[j + 1]))
             j += 2
             continue
         out.append(ch)
@@ -197,8 +198,14 @@ class _ColumnSpec:
     serial: bool = False
 
 
+# How the server writes an ENUM/SET label in COLUMN_TYPE and SHOW CREATE TABLE (append_unescaped() in sql_string.cc):
+# these five escaped, every other character as it is. ``binlog.table.parse_enum_labels`` reads them back.
+_LABEL_ESCAPES = str.maketrans({"\\": "\\\\", "'": "''", "\0": "\\0", "\n": "\\n", "\r": "\\r"})
+
+
 def _quote_label(label: str) -> str:
-    return "'" + label.replace("'", "''") + "'"
+    # The server drops a label's trailing spaces when it makes the column (and keeps any other trailing character).
+    return "'" + label.rstrip(" ").translate(_LABEL_ESCAPES) + "'"
 
 
 def _text_type(kind: str, length_bytes: int) -> str:
@@ -543,6 +550,23 @@ def _with_pk(columns: list[Column], pk: tuple[str, ...]) -> list[Column]:
     return [replace(c, nullable=False) if c.name.casefold() in folded and c.nullable else c for c in columns]
 
 
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
+def has_undecoded_bytes(sql: str) -> bool:
+    """Whether a statement's text keeps bytes its decoding could not read (lone surrogates, surrogateescape)."""
+    return _UNDECODED.search(sql) is not None
+
+
+def _changes_tables(tokens: list[Token]) -> bool:
+    """Whether a statement is one ``DdlApplier`` applies: CREATE/ALTER/DROP of a table or database, RENAME TABLE
+    (temporary tables aside)."""
+    head = [t.text.upper() for t in tokens[:6] if t.kind == "word"]
+    if not head or head[0] not in ("CREATE", "ALTER", "DROP", "RENAME") or "TEMPORARY" in head:
+        return False
+    return any(word in ("TABLE", "TABLES", "DATABASE", "SCHEMA") for word in head[1:])
+
+
 class DdlApplier:
     """Applies statements to a model; each ``apply`` returns the tables it changed."""
 
@@ -551,6 +575,9 @@ class DdlApplier:
 
     def apply(self, default_schema: str, sql: str) -> list[Change]:
         parser = _Parser(tokenize(sql))
+        if _changes_tables(parser.tokens) and has_undecoded_bytes(sql):
+            # A name or label read from it could be anything: never guess one (binlog.events.statement_text).
+            raise DdlError("the statement has bytes its client charset cannot decode, or an unknown client charset")
         changes: list[Change] = []
         if parser.accept("CREATE"):
             self._create(parser, default_schema, changes)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from binlog.charsets import statement_codec
 from binlog.constants import (
     BINLOG_CHECKSUM_ALG_OFF,
     FL_GROUP_COMMIT_ID,
@@ -83,16 +85,86 @@ def parse_rotate(body: bytes, post_header_len: int) -> tuple[int, str]:
     return position, body[post_header_len:].decode("utf-8", "replace")
 
 
-def parse_query(body: bytes, post_header_len: int) -> tuple[str, str]:
-    """(default database, statement text)."""
+# QUERY status variables (MySQL's and MariaDB's log_event.h): code -> size of its value, for the fixed-size ones.
+_Q_CHARSET_CODE = 4  # character_set_client, collation_connection, collation_server: three little-endian u16
+_Q_FIXED_SIZES = {
+    0: 4,  # Q_FLAGS2_CODE
+    1: 8,  # Q_SQL_MODE_CODE
+    3: 4,  # Q_AUTO_INCREMENT
+    _Q_CHARSET_CODE: 6,
+    7: 2,  # Q_LC_TIME_NAMES_CODE
+    8: 2,  # Q_CHARSET_DATABASE_CODE
+    9: 8,  # Q_TABLE_MAP_FOR_UPDATE_CODE
+    10: 4,  # Q_MASTER_DATA_WRITTEN_CODE
+    13: 3,  # Q_MICROSECONDS
+    16: 1,  # Q_EXPLICIT_DEFAULTS_FOR_TIMESTAMP
+    17: 8,  # Q_DDL_LOGGED_WITH_XID
+    18: 2,  # Q_DEFAULT_COLLATION_FOR_UTF8MB4
+    19: 1,  # Q_SQL_REQUIRE_PRIMARY_KEY
+    20: 1,  # Q_DEFAULT_TABLE_ENCRYPTION
+    128: 3,  # Q_HRNOW (MariaDB)
+    129: 8,  # Q_XID (MariaDB)
+    130: 1,  # Q_GTID_FLAGS3 (MariaDB)
+}
+_Q_LENGTH_PREFIXED = frozenset({5, 6})  # Q_TIME_ZONE_CODE, Q_CATALOG_NZ_CODE: a length byte and the text
+
+
+def query_client_collation(status: bytes) -> int | None:
+    """character_set_client of a QUERY event (the collation id of the charset its statement was sent in), from its
+    status variables; None when they do not say (an old server, or a variable we cannot step over comes first)."""
+    pos = 0
+    while pos < len(status):
+        code = status[pos]
+        pos += 1
+        if code == _Q_CHARSET_CODE:
+            return int.from_bytes(status[pos : pos + 2], "little") if pos + 2 <= len(status) else None
+        if code in _Q_FIXED_SIZES:
+            pos += _Q_FIXED_SIZES[code]
+        elif code in _Q_LENGTH_PREFIXED and pos < len(status):
+            pos += 1 + status[pos]
+        elif code == 2 and pos < len(status):  # Q_CATALOG_CODE (5.0.0-5.0.3): length, text, NUL
+            pos += 2 + status[pos]
+        elif code == 11 and pos < len(status):  # Q_INVOKER: user and host, each with a length byte
+            pos += 1 + status[pos]
+            pos += 1 + status[pos] if pos < len(status) else 0
+        elif code == 12 and pos < len(status):  # Q_UPDATED_DB_NAMES: a count, then NUL-terminated names
+            count = status[pos]
+            pos += 1
+            for _ in range(count if count < 254 else 0):  # 254: too many databases, none listed
+                end = status.find(b"\0", pos)
+                pos = len(status) if end < 0 else end + 1
+        else:
+            return None  # a variable whose size we do not know: nothing after it can be read
+    return None
+
+
+def statement_text(raw: bytes, client_collation: int | None) -> str:
+    """A statement's text as the server read it: its bytes are in the client's charset (identifiers included; the
+    server stores them in UTF-8 after reading them so). What that charset cannot decode, and every non-ASCII byte when
+    the charset is unknown, is kept as a lone surrogate (surrogateescape), never replaced by a guess: ``binlog.ddl``
+    refuses a DDL statement with one, and the schema history reports its tables."""
+    codec, errors = statement_codec(client_collation)
+    return raw.decode(codec, errors)
+
+
+def parse_query(
+    body: bytes, post_header_len: int, *, uncompress: Callable[[bytes], bytes] | None = None
+) -> tuple[str, str]:
+    """(default database, statement text), the text decoded in the client charset of the event (``statement_text``).
+
+    ``uncompress``, for MariaDB's QUERY_COMPRESSED event, turns the stored statement into its bytes before decoding.
+    """
     need(body, 13, "QUERY event")
     db_len = body[8]
     status_len = int.from_bytes(body[11:13], "little") if post_header_len >= 13 else 0
     pos = post_header_len + status_len
     need(body, pos + db_len + 1, "QUERY event")
-    schema = body[pos : pos + db_len].decode("utf-8", "replace")
-    query = body[pos + db_len + 1 :].decode("utf-8", "replace")
-    return schema, query
+    # The default database is in the server's system charset, UTF-8.
+    schema = bytes(body[pos : pos + db_len]).decode("utf-8", "surrogateescape")
+    raw = bytes(body[pos + db_len + 1 :])
+    if uncompress is not None:
+        raw = uncompress(raw)
+    return schema, statement_text(raw, query_client_collation(bytes(body[post_header_len:pos])))
 
 
 def parse_xid(body: bytes) -> int:

@@ -497,9 +497,11 @@ class EventDecoder:
     ) -> Transaction | None:
         if log_pos > self.pos:
             self.pos = log_pos
-        schema, query = parse_query(body, self.fde.post_header_len(QUERY_EVENT))
-        if event_type == QUERY_COMPRESSED_EVENT:
-            query = _uncompress_block(query.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+        schema, query = parse_query(
+            body,
+            self.fde.post_header_len(QUERY_EVENT),
+            uncompress=_uncompress_block if event_type == QUERY_COMPRESSED_EVENT else None,
+        )
         keyword = _statement_keyword(query)
         if keyword == "BEGIN" or (keyword == "XA" and query.split()[1:2] in (["START"], ["BEGIN"])):
             self._group_started = True

@@ -18,15 +18,15 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from binlog.ddl import Change, DdlError, apply_statement, tokenize
+from binlog.ddl import Change, DdlError, apply_statement, has_undecoded_bytes, tokenize
 from binlog.errors import BinlogError
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.position import Position
 from binlog.schema import SchemaTable
-from binlog.schemamodel import Column, SchemaModel, TableDef, event_layout, layout_mismatch
+from binlog.schemamodel import Column, SchemaModel, TableDef, event_layout, labels_may_be_mangled, layout_mismatch
 from binlog.tablemap import TableMap
 
 log = logging.getLogger("binlog.schemahistory")
@@ -270,17 +270,35 @@ class SchemaHistory:
                 self._record(Version(change.schema, change.table, position, change.definition, query[:2000]))
 
     def _report_unreadable(self, schema: str, query: str, position: Position, reason: str) -> None:
-        tables = _tables_named(query, schema)
+        tables = self._known_tables(_tables_named(query, schema))
         for key in tables:
             self.unreadable.add(self._fold(key))
             if self.reread is not None:
                 self.stale[self._fold(key)] = key
+        named = ", ".join(_printable(".".join(k)) for k in tables)
         message = (
-            f"schema history: cannot apply the DDL at {position} (default database {schema!r}): {reason}; "
-            f"rows of {', '.join('.'.join(k) for k in tables) or 'the tables it names'} get positional names "
-            f"until a later DDL defines them. Statement: {query[:500]}"
+            f"schema history: cannot apply the DDL at {position} (default database {_printable(schema)!r}): "
+            f"{reason}; rows of {named or 'the tables it names'} get positional names until a later DDL defines "
+            f"them. Statement: {_printable(query[:500])}"
         )
         self._problem(("", "", f"{position}"), message)
+
+    def _known_tables(self, named: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The tables a statement names. A name with bytes its charset could not decode stands for every table of the
+        history it may be (each undecoded run may be any characters), so that none keeps names that may be wrong."""
+        found: list[tuple[str, str]] = []
+        for key in named:
+            if not has_undecoded_bytes(key[0] + key[1]):
+                found.append(key)
+                continue
+            flags = re.IGNORECASE if self.lower_case_table_names else 0
+            schema_pattern, table_pattern = (re.compile(_undecoded_as_wildcard(part), flags) for part in key)
+            found += [
+                stored
+                for stored in (self.model.stored_name(*k) for k in self.model.tables)
+                if schema_pattern.fullmatch(stored[0]) and table_pattern.fullmatch(stored[1])
+            ]
+        return found
 
     def _problem(self, key: tuple[str, str, str], message: str) -> None:
         if key in self._reported:
@@ -318,6 +336,7 @@ class SchemaHistory:
                 else:
                     reason = layout_mismatch(found, tm)
                     if reason is None:
+                        self._report_uncertain_labels(found, tm)
                         return found.as_schema_table()
                     why = f" does not match the history ({reason}); history layout: {found.layout()}"
             if mark_stale:
@@ -328,6 +347,24 @@ class SchemaHistory:
                 "using positional names",
             )
             return None
+
+    def _report_uncertain_labels(self, found: TableDef, tm: TableMap) -> None:
+        """Says once per layout which columns' values come as label numbers: their labels were read from
+        information_schema, which may have shown characters it cannot convert as "?" (``labels_may_be_mangled``).
+        A TABLE_MAP with row metadata carries the labels itself: nothing to say for those."""
+        carried = set(tm.optional.enum_values) | set(tm.optional.set_values) if tm.optional is not None else set()
+        uncertain = [found.columns[i] for i in found.uncertain_labels() if i not in carried]
+        if not uncertain:
+            return
+        described = ", ".join(f"{c.name} {c.column_type}" for c in uncertain)
+        self._problem(
+            (*self._fold((tm.schema, tm.table)), f"labels {described}"),
+            f"schema history: {tm.schema}.{tm.table}: the ENUM/SET labels of {described} were read from "
+            "information_schema, which shows as '?' each character it cannot convert (4-byte characters): they may "
+            "not be the real labels, so these columns' values are given as label numbers (ENUM: the label's "
+            "position from 1; SET: the number whose bits are the labels), not as labels. binlog_row_metadata=FULL "
+            "on the source gives the labels.",
+        )
 
     def _fold(self, key: tuple[str, str]) -> tuple[str, str]:
         return (key[0].lower(), key[1].lower()) if self.lower_case_table_names else key
@@ -420,6 +457,16 @@ _TABLE_WORDS = re.compile(
 )
 
 
+def _undecoded_as_wildcard(name: str) -> str:
+    """A pattern for a name read with undecoded bytes (lone surrogates): each run of them is one or more characters."""
+    return ".+".join(re.escape(part) for part in re.split("[\udc80-\udcff]+", name))
+
+
+def _printable(text: str) -> str:
+    """Text for a message: undecoded bytes as \\xNN escapes (a lone surrogate cannot be written as UTF-8)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _tables_named(query: str, schema: str) -> list[tuple[str, str]]:
     """Best-effort (schema, table) pairs a statement we could not parse names, to mark them unreadable."""
     found: list[tuple[str, str]] = []
@@ -461,6 +508,7 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
     ):
         if _text(schema) not in system and (wanted is None or _text(schema) in wanted):
             table_charsets[(_text(schema), _text(table))] = _charset(_text(collation or "binary"))
+    shown_in = _column_type_charset(query)
     columns: dict[tuple[str, str], list[Column]] = {key: [] for key in table_charsets}
     # One schema at a time and without a join: MariaDB's information_schema joins need temporary files we can spare.
     for db in sorted({key[0] for key in table_charsets}):
@@ -474,15 +522,16 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
         ):
             key = (db, _text(table))
             if key in columns:
-                columns[key].append(
-                    Column(
-                        _text(name),
-                        _text(data_type).lower(),
-                        _text(column_type).lower(),
-                        _text(charset) if charset is not None else None,
-                        _text(nullable) == "YES",
-                    )
+                column = Column(
+                    _text(name),
+                    _text(data_type).lower(),
+                    _column_type(_text(data_type).lower(), _text(column_type)),
+                    _text(charset) if charset is not None else None,
+                    _text(nullable) == "YES",
                 )
+                if labels_may_be_mangled(column, shown_in):
+                    column = replace(column, labels_uncertain=True)
+                columns[key].append(column)
     keys: dict[tuple[str, str], list[str]] = {}
     for schema, table, name, _seq in sorted(
         query(
@@ -496,6 +545,24 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
         charset = table_charsets.get(key, model.database_charset(key[0]))
         model.put(key[0], key[1], TableDef(tuple(cols), tuple(keys.get(key, ())), charset))
     return model
+
+
+def _column_type(data_type: str, column_type: str) -> str:
+    """COLUMN_TYPE in lower case, as ``binlog.ddl`` writes it, but for the labels of an ENUM or SET: those are case
+    sensitive in what a row holds."""
+    if data_type in ("enum", "set"):
+        start = column_type.find("(")
+        return column_type[:start].lower() + column_type[start:] if start >= 0 else column_type.lower()
+    return column_type.lower()
+
+
+def _column_type_charset(query: Query) -> str:
+    """The charset information_schema shows COLUMN_TYPE in (utf8mb3 on MariaDB 10.x; assumed when it does not say)."""
+    rows = query(
+        "SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'information_schema' "
+        "AND TABLE_NAME = 'COLUMNS' AND COLUMN_NAME = 'COLUMN_TYPE'"
+    )
+    return _text(rows[0][0]).lower() if rows and rows[0][0] is not None else "utf8mb3"
 
 
 def _charset(collation: str) -> str:

@@ -50,13 +50,18 @@ from binlog.tablemap import TableMap
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column, in information_schema's terms (``charset`` None for non-text columns and binary strings)."""
+    """One column, in information_schema's terms (``charset`` None for non-text columns and binary strings).
+
+    ``labels_uncertain``: an ENUM/SET column whose labels were read from information_schema and may have lost
+    characters there (``labels_may_be_mangled``); its labels are never given as the column's values.
+    """
 
     name: str
     data_type: str  # "int", "varchar", "enum"...
     column_type: str  # "int(10) unsigned", "enum('a','b')"...
     charset: str | None = None
     nullable: bool = True
+    labels_uncertain: bool = False
 
     @property
     def unsigned(self) -> bool:
@@ -84,10 +89,22 @@ class TableDef:
         return -1
 
     def as_schema_table(self) -> SchemaTable:
+        """The table for ``TableResolver``. A column with uncertain labels goes without them (its type is the bare
+        "enum" or "set"): its values are then the label's number, or the set's bits as a number, as for a column
+        whose labels are unknown (``binlog.values.enum_text``), never a label that may be wrong."""
         return SchemaTable(
-            tuple(SchemaColumn(c.name, c.data_type, c.column_type, c.charset, c.nullable) for c in self.columns),
+            tuple(
+                SchemaColumn(
+                    c.name, c.data_type, c.data_type if c.labels_uncertain else c.column_type, c.charset, c.nullable
+                )
+                for c in self.columns
+            ),
             self.primary_key,
         )
+
+    def uncertain_labels(self) -> tuple[int, ...]:
+        """Indexes of the columns whose labels are uncertain."""
+        return tuple(i for i, c in enumerate(self.columns) if c.labels_uncertain)
 
     def layout(self) -> str:
         """A one-line description for log messages."""
@@ -158,6 +175,21 @@ class SchemaModel:
 
     def copy(self) -> SchemaModel:
         return replace(self, tables=dict(self.tables), databases=dict(self.databases), names=dict(self.names))
+
+
+# Charsets with characters beyond utf8mb3's (four-byte UTF-8): an ENUM/SET label in one of them may hold characters
+# an information_schema in utf8mb3 (MariaDB 10.x, MySQL) shows as "?".
+_BEYOND_UTF8MB3 = frozenset({"utf8mb4", "utf16", "utf16le", "utf32", "gb18030"})
+
+
+def labels_may_be_mangled(column: Column, shown_in: str) -> bool:
+    """Whether an ENUM/SET column's labels, as information_schema shows them in the charset ``shown_in`` (that of
+    its COLUMN_TYPE), may differ from the real ones: the server writes "?" for each character it cannot convert, so
+    a "?" in a label of a column that can hold such characters may be one. (The server's own SHOW CREATE TABLE does
+    the same; only ``binlog_row_metadata=FULL`` or the DDL in the stream give such labels.)"""
+    if column.data_type not in ("enum", "set") or shown_in in _BEYOND_UTF8MB3:
+        return False
+    return column.charset in _BEYOND_UTF8MB3 and any("?" in label for label in column.labels)
 
 
 # -- checking a TABLE_MAP against a version ------------------------------------------------------------------------

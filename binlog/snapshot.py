@@ -67,7 +67,9 @@ _UNBOUNDED_KEY_TYPES = frozenset({"float", "double", "real", "enum", "set"})
 # A condition is one boolean expression over the table's own columns: no second statement, no subquery, no comment
 # (which could hide either), nothing that writes or waits.
 _FORBIDDEN_WORDS = re.compile(
-    r"\b(select|union|into|outfile|dumpfile|sleep|benchmark|get_lock|load_file|for\s+update|lock)\b", re.IGNORECASE
+    r"\b(select|union|into|outfile|dumpfile|sleep|benchmark|get_lock|load_file|for\s+update|lock|nextval|setval|"
+    r"lastval|next\s+value\s+for|previous\s+value\s+for)\b",
+    re.IGNORECASE,
 )
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\"|`(?:[^`]|``)*`")
 MAX_WHERE = 4096
@@ -125,6 +127,15 @@ def _after_key(columns: Sequence[str]) -> str:
         equal = [f"{quote_name(c)} = %s" for c in columns[:index]]
         terms.append("(" + " AND ".join([*equal, f"{quote_name(columns[index])} > %s"]) + ")")
     return "(" + " OR ".join(terms) + ")"
+
+
+def _bound_values(plan: TablePlan, key: Sequence[object]) -> list[object]:
+    """The last key as a chunk bound: as clients get it, but BIT as a number. Its text ("3") would be compared with the
+    column as a binary string, and chunks would skip keys."""
+    return [
+        int(str(value)) if plan.columns[index].data_type == "bit" and value is not None else value
+        for index, value in zip(plan.key_indexes, key, strict=True)
+    ]
 
 
 def _after_key_params(key: Sequence[object]) -> list[object]:
@@ -363,7 +374,7 @@ class ChunkReader:
             conditions.append("(" + where.replace("%", "%%") + ")")  # the driver formats the statement with params
         if after is not None:
             conditions.append(_after_key(plan.key))
-            params.extend(_after_key_params(after))
+            params.extend(_after_key_params(_bound_values(plan, after)))
         sql = (
             f"SELECT {', '.join(snapshotrows.select_expressions(plan.columns))}"
             f" FROM {quote_name(plan.schema)}.{quote_name(plan.table)}"

@@ -158,8 +158,15 @@ def derived_type_name(type_code: int, meta: int, unsigned: bool, charset: str | 
     return f"type{type_code}"
 
 
+# The escapes of MySQL's string literals: an escaped character stands for itself unless named here. \% and \_ keep
+# their backslash (they are escapes in LIKE patterns only).
+STRING_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "Z": "\x1a", "b": "\b", "%": "\\%", "_": "\\_"}
+
+
 def parse_enum_labels(column_type: str) -> tuple[str, ...]:
-    """Labels of ``enum('a','b''c','d,e')`` / ``set(...)`` as information_schema's COLUMN_TYPE writes them."""
+    """Labels of ``enum('a','b''c','d,e')`` / ``set(...)`` as information_schema's COLUMN_TYPE writes them: quotes
+    doubled, and a backslash, NUL, newline and carriage return escaped with a backslash (``binlog.ddl`` writes them
+    the same way)."""
     start = column_type.find("(")
     if start < 0:
         return ()
@@ -178,7 +185,7 @@ def parse_enum_labels(column_type: str) -> tuple[str, ...]:
                 i += 1
                 break
             if ch == "\\" and i + 1 < len(text):
-                chunk.append(text[i + 1])
+                chunk.append(STRING_ESCAPES.get(text[i + 1], text[i + 1]))
                 i += 2
                 continue
             chunk.append(ch)

@@ -523,7 +523,11 @@ class SchemaVersion(models.Model):
     binlog_pos = models.BigIntegerField()
     gtid = models.TextField(blank=True, default="", help_text="the GTID of the DDL that made this version")
     exists = models.BooleanField(default=True)
-    columns = models.JSONField(default=list, help_text="[name, data_type, column_type, charset, nullable] per column")
+    columns = models.JSONField(
+        default=list,
+        help_text="[name, data_type, column_type, charset, nullable] per column, and a sixth item, true, when its "
+        "ENUM/SET labels were read from information_schema, which may have mangled them",
+    )
     primary_key = models.JSONField(default=list)
     charset = models.CharField(max_length=64, blank=True, default="")
     statement = models.TextField(blank=True, default="")

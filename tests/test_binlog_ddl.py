@@ -373,3 +373,44 @@ def test_unreadable_statements_raise() -> None:
 def test_tokenizer_keeps_executable_comments_and_drops_others() -> None:
     texts = [t.text for t in tokenize("/*!40101 ALTER */ /* no */ TABLE `a``b` -- x\n ADD #y\n c /*M!100100 INT */")]
     assert texts == ["ALTER", "TABLE", "a`b", "ADD", "c", "INT"]
+
+
+# Labels the server writes with escapes in COLUMN_TYPE (backslash, quote, NUL, newline, carriage return) or changes
+# (trailing spaces dropped), and some it keeps as they are: each as the SQL literal and as the label it makes.
+_LABELS = [
+    (r"'a\\b'", "a\\b"),
+    ("'it''s'", "it's"),
+    (r"'\'q\"'", "'q\""),
+    ("'x,y'", "x,y"),
+    ("' sp  '", " sp"),
+    (r"'\0\n\r'", "\0\n\r"),
+    (r"'tab\t'", "tab\t"),
+    (r"'\%\_\Z'", "\\%\\_\x1a"),
+    ("'Ünï €'", "Ünï €"),
+]
+
+
+def test_enum_and_set_labels_are_the_servers(mariadb: MariaDB) -> None:
+    """Every label the DDL in the stream makes is the one information_schema shows (and the server stores)."""
+    schema = "ddllabels"
+    enum = ", ".join(sql for sql, _ in _LABELS)
+    set_labels = r"'x\\y', 'z '"
+    labels: dict[str, tuple[str, ...]] = {}
+
+    def check(sql: str, model: SchemaModel) -> None:
+        table = model.tables.get((schema, "l"))
+        if table is not None:
+            labels.update({c.name: c.labels for c in table.columns})
+
+    _follow(
+        mariadb,
+        [schema],
+        [
+            f"CREATE DATABASE {schema}",
+            f"CREATE TABLE l (e ENUM({enum}), s SET({set_labels}))",
+            f"ALTER TABLE l ADD COLUMN e2 ENUM({enum}) CHARACTER SET latin1 FIRST",
+        ],
+        check,
+    )
+    expected = tuple(label for _, label in _LABELS)
+    assert labels == {"e2": expected, "e": expected, "s": ("x\\y", "z")}

@@ -9,13 +9,18 @@ from __future__ import annotations
 import io
 import logging
 import os
+import struct
 from contextlib import redirect_stdout
 
+import pymysql
 import pytest
 
 from binlog import Position, read_binlog_files
 from binlog.cli import main
+from binlog.ddl import apply_statement
+from binlog.events import parse_query
 from binlog.schemahistory import REREAD_STATEMENT, SchemaHistory, read_current, read_model
+from binlog.schemamodel import SchemaModel
 from tests.helpers.mariadb import MariaDB
 
 
@@ -213,3 +218,152 @@ def test_gtid_positions_and_a_start_by_gtid_alone(
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 2 and all("before the schema baseline" in w for w in warnings), warnings
     assert f"GTID {before_baseline}" in warnings[0] and f"{at.file}:4" in warnings[1]
+
+
+def _rows_by_table(server: MariaDB, schema: str, history: SchemaHistory, start: tuple[str, int]) -> dict[str, list]:
+    files = [p for p in server.binlog_files() if p.name >= start[0]]
+    rows: dict[str, list] = {}
+    for trx in read_binlog_files(files, schema_provider=history, start=start[1]):
+        for change in trx.changes:
+            if change.schema == schema:
+                rows.setdefault(change.table, []).append(change.as_dict("after"))
+    return rows
+
+
+def _history_from_now(server: MariaDB, schema: str, problems: list[str]) -> tuple[SchemaHistory, tuple[str, int]]:
+    read = read_current(lambda sql, *params: server.query(sql, *params), [schema])
+    assert read is not None
+    model, at = read
+    history = SchemaHistory(on_problem=problems.append)
+    history.set_baseline(model, at)
+    return history, (at.file, at.pos)
+
+
+def latin1_connection(server: MariaDB, database: str | None = None) -> pymysql.Connection:
+    """A session in latin1 (SET NAMES latin1, as legacy PHP applications send their statements)."""
+    return pymysql.connect(
+        host=server.host,
+        port=server.port,
+        user="root",
+        password="",
+        database=database,
+        charset="latin1",
+        autocommit=True,
+    )
+
+
+def test_labels_and_names_of_ddl_in_the_stream_are_the_servers(mariadb_no_metadata: MariaDB) -> None:
+    """A label with a backslash, and names and labels of DDL sent from a latin1 connection (SET NAMES latin1, as
+    legacy PHP applications do), come out as SELECT shows them."""
+    server = mariadb_no_metadata
+    schema = "hist6"
+    server.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    server.execute(
+        r"CREATE TABLE t1 (id INT PRIMARY KEY, e ENUM('a\\b', 'plain'), s SET('x\\y', 'z'))",
+        r"INSERT INTO t1 VALUES (1, 'a\\b', 'x\\y,z')",
+        database=schema,
+    )
+    with latin1_connection(server, schema) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t2 (id INT PRIMARY KEY, e ENUM('café', 'thé'), `prénom` VARCHAR(20))")
+        cur.execute("INSERT INTO t2 VALUES (1, 'thé', 'x')")
+    assert server.query(f"SELECT e, s FROM {schema}.t1") == [("a\\b", "x\\y,z")]
+    rows = _rows_by_table(server, schema, history, start)
+    assert rows == {
+        "t1": [{"id": "1", "e": "a\\b", "s": "x\\y,z"}],
+        "t2": [{"id": "1", "e": "thé", "prénom": "x"}],
+    }
+    assert problems == []
+
+
+def test_compressed_ddl_is_read_in_its_client_charset(mariadb_no_metadata: MariaDB) -> None:
+    """MariaDB's log_bin_compress writes a long statement as a QUERY_COMPRESSED event: it is uncompressed to its bytes,
+    then read in the client's charset like any other (a latin1 session's names come out right)."""
+    server = mariadb_no_metadata
+    schema = "hist7"
+    server.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    server.execute("SET GLOBAL log_bin_compress = ON", "SET GLOBAL log_bin_compress_min_len = 10")
+    try:
+        with latin1_connection(server, schema) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE t3 (id INT PRIMARY KEY, `prénom` VARCHAR(20), e ENUM('café', 'thé'))")
+            cur.execute("INSERT INTO t3 VALUES (1, 'x', 'café')")
+    finally:
+        server.execute("SET GLOBAL log_bin_compress = OFF")
+    with latin1_connection(server) as conn, conn.cursor() as cur:  # the events' text is in their own charset
+        cur.execute(f"SHOW BINLOG EVENTS IN '{start[0]}' FROM {start[1]}")
+        assert "Query_compressed" in [row[2] for row in cur.fetchall()]
+    assert _rows_by_table(server, schema, history, start) == {"t3": [{"id": "1", "prénom": "x", "e": "café"}]}
+    assert problems == []
+
+
+def _query_event_body(collation_id: int, schema: bytes, statement: bytes) -> bytes:
+    """A QUERY event's body: the post-header (13 bytes), status variables Q_FLAGS2, Q_SQL_MODE and Q_CHARSET_CODE
+    (character_set_client, collation_connection, collation_server), the default database and the statement."""
+    status = bytes([0]) + bytes(4) + bytes([1]) + bytes(8) + bytes([4]) + struct.pack("<HHH", collation_id, 45, 45)
+    post_header = struct.pack("<IIBHH", 1, 0, len(schema), 0, len(status))
+    return post_header + status + schema + b"\0" + statement
+
+
+def test_ddl_its_charset_cannot_decode_makes_the_table_positional() -> None:
+    """A statement is read in its client charset; one whose bytes that charset cannot decode (here: an unknown
+    charset id) is reported as unreadable, with the tables it may name, and never applied with a guessed name."""
+    statement = "ALTER TABLE `café` RENAME COLUMN a TO b".encode("latin1")
+    schema, text = parse_query(_query_event_body(8, b"s", statement), 13)  # 8: latin1_swedish_ci
+    assert (schema, text) == ("s", "ALTER TABLE `café` RENAME COLUMN a TO b")
+    schema, unknown = parse_query(_query_event_body(0xFFF0, b"s", statement), 13)
+    assert unknown == "ALTER TABLE `caf\udce9` RENAME COLUMN a TO b"
+
+    problems: list[str] = []
+    history = SchemaHistory(on_problem=problems.append)
+    model = SchemaModel()
+    apply_statement(model, "s", "CREATE TABLE `café` (a INT)")
+    apply_statement(model, "s", "CREATE TABLE `caf` (a INT)")
+    history.set_baseline(model, Position("binlog.000001", 4))
+    history.statement(schema, unknown, Position("binlog.000001", 400))
+    assert len(problems) == 1 and "client charset" in problems[0] and "caf\\xe9" in problems[0], problems
+    # Every table whose name those bytes may be (any characters in their place), and only those.
+    assert ("s", "café") in history.unreadable and ("s", "caf") not in history.unreadable
+    assert [v.statement for v in history.versions] == ["", ""]  # nothing applied
+    # A new table with a label those bytes are in: not made with a guessed label (its rows get positional names).
+    history.statement(schema, "CREATE TABLE t (e ENUM('caf\udce9'))", Position("binlog.000001", 450))
+    assert len(problems) == 2 and history.model.get("s", "t") is None
+    history.statement(schema, text, Position("binlog.000001", 500))
+    assert [c.name for c in history.model.get("s", "café").columns] == ["b"]  # type: ignore[union-attr]
+
+
+def test_labels_information_schema_cannot_show_are_not_given(mariadb_no_metadata: MariaDB) -> None:
+    """information_schema (utf8mb3) shows 4-byte characters of labels as "?": a table read from it gives such
+    columns' values as label numbers, reported once; the same table made by DDL in the stream has the labels."""
+    server = mariadb_no_metadata
+    schema = "hist7"
+    server.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
+    columns = (
+        "id INT PRIMARY KEY, eu ENUM('😀','𝄞x','a') COLLATE utf8mb4_bin, su SET('😀','ü','𝄞') COLLATE utf8mb4_bin, "
+        "el ENUM('?','a') CHARACTER SET latin1"
+    )
+    server.execute(f"CREATE TABLE b ({columns})", database=schema)
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    server.execute(f"CREATE TABLE s ({columns})", database=schema)
+    for table in ("b", "s"):
+        server.execute(
+            f"INSERT INTO {table} VALUES (1, '😀', '😀,𝄞', '?'), (2, 'a', 'ü', 'a'), (3, '𝄞x', '', '?')",
+            database=schema,
+        )
+    rows = _rows_by_table(server, schema, history, start)
+    assert rows["s"] == [
+        {"id": "1", "eu": "😀", "su": "😀,𝄞", "el": "?"},
+        {"id": "2", "eu": "a", "su": "ü", "el": "a"},
+        {"id": "3", "eu": "𝄞x", "su": "", "el": "?"},
+    ]
+    assert rows["b"] == [
+        {"id": "1", "eu": "1", "su": "5", "el": "?"},
+        {"id": "2", "eu": "3", "su": "2", "el": "a"},
+        {"id": "3", "eu": "2", "su": "0", "el": "?"},
+    ]
+    assert len(problems) == 1, problems
+    assert f"{schema}.b" in problems[0] and "eu enum(" in problems[0] and "su set(" in problems[0]
+    assert "el enum(" not in problems[0]  # latin1 has no character information_schema cannot show

@@ -44,6 +44,9 @@ def test_plain_conditions_are_accepted(where: str) -> None:
         ("id IN (SELECT id FROM secrets)", "SELECT"),
         ("id > 0 AND SLEEP(5)", "SLEEP"),
         ("BENCHMARK(1000000, MD5('x'))", "BENCHMARK"),
+        ("id > NEXTVAL(s)", "NEXTVAL"),
+        ("id > SETVAL(s, 1)", "SETVAL"),
+        ("id > NEXT VALUE FOR s", "NEXT VALUE FOR"),
         ("id > 0 UNION ALL", "UNION"),
         ("name = 'open", "unterminated quote"),
         ("(id > 0", "parentheses"),
@@ -160,14 +163,19 @@ def test_keys_of_other_forms_bound_chunks_and_float_keys_are_refused(fresh_schem
         f"INSERT INTO `{schema}`.u SELECT UUID(), seq FROM seq_1_to_200",
         f"CREATE TABLE `{schema}`.bits (id BIT(12) PRIMARY KEY, n INT)",
         f"INSERT INTO `{schema}`.bits SELECT seq * 13, seq FROM seq_1_to_200",
+        f"CREATE TABLE `{schema}`.byte (id BIT(8) PRIMARY KEY, n INT)",
+        f"INSERT INTO `{schema}`.byte SELECT seq * 3 - 3, seq FROM seq_1_to_200 WHERE seq <= 86",
+        f"CREATE TABLE `{schema}`.wide (id BIT(64) PRIMARY KEY, n INT)",
+        f"INSERT INTO `{schema}`.wide VALUES (0, 1), (1, 2), (2, 3), (255, 4), (256, 5), (9007199254740992, 6),"
+        " (9007199254740993, 7), (9223372036854775808, 8), (18446744073709551615, 9)",
         f"CREATE TABLE `{schema}`.floaty (id FLOAT PRIMARY KEY)",
         database=schema,
     )
     reader = _reader(server)
     try:
-        for table in ("u", "bits"):
-            rows = _read_all(reader, schema, table, 17)
-            assert sorted(int(row[1]) for row in rows) == list(range(1, 201)), table
+        for table, rows_in_table, chunk_rows in (("u", 200, 17), ("bits", 200, 17), ("byte", 86, 2), ("wide", 9, 2)):
+            rows = _read_all(reader, schema, table, chunk_rows)
+            assert sorted(int(row[1]) for row in rows) == list(range(1, rows_in_table + 1)), table
         with pytest.raises(SnapshotError, match="key column 'id' is FLOAT"):
             reader.plan(schema, "floaty")
     finally:

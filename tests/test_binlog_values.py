@@ -5,7 +5,10 @@ from __future__ import annotations
 import pickle
 import struct
 
+import pytest
+
 from binlog import NOT_PRESENT, Position, RowChange, Transaction
+from binlog.charsets import codec_for_charset
 from binlog.table import ColumnInfo, TableInfo
 from binlog.values import (
     DATE_TEXT,
@@ -16,6 +19,7 @@ from binlog.values import (
     float_text,
     whole_time2_text,
 )
+from tests.helpers.mariadb import MariaDB
 
 
 def test_double_text_is_mariadbs() -> None:
@@ -133,3 +137,44 @@ def test_datetime2_texts_from_stored_bytes() -> None:
     assert DATETIME2_BYTES[6][stored(2024, 1, 2, 3, 4, 5, (7).to_bytes(3, "big"))] == "2024-01-02 03:04:05.000007"
     # Fields no server writes are printed as they are rather than raising.
     assert DATETIME2_BYTES[0][stored(2024, 1, 2, 25, 61, 0)] == "2024-01-02 25:61:00"
+
+
+def _codes(charset: str) -> list[bytes]:
+    """Every character code of a Japanese charset: ASCII (and sjis's half-width katakana), and each lead byte with each
+    byte that may follow it."""
+    singles = [bytes((b,)) for b in range(0x80)]
+    if charset in ("sjis", "cp932"):
+        leads = (*range(0x81, 0xA0), *range(0xE0, 0xFD))
+        trails = (*range(0x40, 0x7F), *range(0x80, 0xFD))
+        kana = [bytes((b,)) for b in range(0xA1, 0xE0)]
+        return singles + kana + [bytes((lead, trail)) for lead in leads for trail in trails]
+    high = range(0xA1, 0xFF)
+    return [
+        *singles,
+        *(bytes((0x8E, kana)) for kana in range(0xA1, 0xE0)),
+        *(bytes((lead, trail)) for lead in high for trail in high),
+        *(bytes((0x8F, lead, trail)) for lead in high for trail in high),
+    ]
+
+
+@pytest.mark.parametrize("charset", ["sjis", "cp932", "ujis", "eucjpms"])
+def test_japanese_charsets_decode_as_the_server_converts(mariadb: MariaDB, charset: str) -> None:
+    """Every code the server reads as a character of the charset decodes to the character the server converts it to
+    (sjis, ujis and eucjpms differ from any Python codec; cp932 is Python's)."""
+    codec, errors = codec_for_charset(charset)
+    codes = _codes(charset)
+    characters: list[tuple[bytes, str]] = []
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        for start in range(0, len(codes), 500):
+            chunk = codes[start : start + 500]
+            cur.execute(
+                "SELECT " + ", ".join(f"HEX(CONVERT(_{charset} X'{code.hex()}' USING utf8mb4))" for code in chunk)
+            )
+            for code, converted in zip(chunk, cur.fetchone(), strict=True):
+                text = bytes.fromhex(converted).decode("utf-8")
+                if text != "?" or code == b"?":  # "?": not a character of the charset, the server has no text for it
+                    characters.append((code, text))
+    assert len(characters) > 7000
+    assert [(code, code.decode(codec, errors)) for code, _ in characters] == characters
+    # And in one string: each character is read from where the previous one ends.
+    assert b"".join(code for code, _ in characters).decode(codec, errors) == "".join(text for _, text in characters)

@@ -216,3 +216,27 @@ def test_a_start_by_gtid_alone_rewinds_the_history(mariadb_no_metadata: MariaDB)
     assert WorkerStatus.objects.get().schema_problems == 0
     assert worker.stop() == 0
     server.execute(f"DROP DATABASE {schema}")
+
+
+def test_uncertain_labels_are_kept_in_the_store() -> None:
+    """A column whose labels information_schema may have mangled stays so across a save and a load; a baseline
+    stored before that was recorded is told again from its labels."""
+    from binlog.position import Position
+    from binlog.schemahistory import Version
+    from binlog.schemamodel import Column, TableDef
+    from relay.store.schemahistory import StoreHistory
+
+    mangled = Column("e", "enum", "enum('?','?x','a')", "utf8mb4", True, labels_uncertain=True)
+    plain = Column("f", "enum", "enum('?','a')", "latin1", True)
+    definition = TableDef((mangled, plain), (), "utf8mb4")
+    history = StoreHistory("labels")
+    history.save([Version("s", "t", Position("binlog.000001", 4), definition, "CREATE TABLE t LIKE u")])
+    assert [v.definition for v in history.load()] == [definition]
+
+    SchemaVersion.objects.filter(source="labels").update(
+        columns=[list(c[:5]) for c in SchemaVersion.objects.get(source="labels").columns], baseline=True
+    )
+    assert [v.definition for v in history.load()] == [definition]
+    SchemaVersion.objects.filter(source="labels").update(baseline=False)  # from DDL: its labels are the server's
+    loaded = history.load()[0].definition
+    assert loaded is not None and [c.labels_uncertain for c in loaded.columns] == [False, False]

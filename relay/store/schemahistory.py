@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
@@ -26,7 +27,7 @@ from binlog.schemahistory import (
     read_current,
     server_reread,
 )
-from binlog.schemamodel import Column, SchemaModel, TableDef
+from binlog.schemamodel import Column, SchemaModel, TableDef, labels_may_be_mangled
 from relay.models import SchemaBaseline, SchemaVersion
 
 log = logging.getLogger("relay.schemahistory")
@@ -42,7 +43,11 @@ def _row(source: str, version: Version) -> SchemaVersion:
         binlog_pos=version.position.pos,
         gtid=version.position.gtid,
         exists=definition is not None,
-        columns=[[c.name, c.data_type, c.column_type, c.charset, c.nullable] for c in definition.columns]
+        # A sixth item only for a column whose labels are uncertain (rows stored before it have five).
+        columns=[
+            [c.name, c.data_type, c.column_type, c.charset, c.nullable, *([True] if c.labels_uncertain else [])]
+            for c in definition.columns
+        ]
         if definition is not None
         else [],
         primary_key=list(definition.primary_key) if definition is not None else [],
@@ -55,11 +60,16 @@ def _row(source: str, version: Version) -> SchemaVersion:
 def _version(row: SchemaVersion) -> Version:
     definition = None
     if row.exists:
-        definition = TableDef(
-            tuple(Column(c[0], c[1], c[2], c[3], bool(c[4])) for c in row.columns),
-            tuple(row.primary_key),
-            row.charset or "utf8mb4",
-        )
+        # A version read from information_schema before its columns' uncertain labels were recorded: tell them again
+        # (as read_model would, with the utf8mb3 information_schema of the servers that mangle them).
+        from_server = row.baseline or row.statement.startswith(REREAD_STATEMENT)
+        columns = []
+        for c in row.columns:
+            column = Column(c[0], c[1], c[2], c[3], bool(c[4]), bool(c[5]) if len(c) > 5 else False)
+            if len(c) <= 5 and from_server and labels_may_be_mangled(column, "utf8mb3"):
+                column = replace(column, labels_uncertain=True)
+            columns.append(column)
+        definition = TableDef(tuple(columns), tuple(row.primary_key), row.charset or "utf8mb4")
     return Version(
         row.schema_name,
         row.table_name,

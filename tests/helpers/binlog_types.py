@@ -123,6 +123,13 @@ STRINGS = [
     Column("u16", "VARCHAR(10) CHARACTER SET utf16", ["'utf16 😀'"]),
     Column("u32", "CHAR(5) CHARACTER SET utf32", ["'u32'"]),
     Column("cp", "VARCHAR(10) CHARACTER SET cp1251", ["'Привет'"]),
+    # The Japanese charsets where MariaDB's mapping is not Python's (binlog/charsets.py): sjis 0x815F is U+005C;
+    # ujis 0xA1C0 too, and its user-defined rows are in the Private Use Area; eucjpms has NEC row 13 (0xADA1 ①) and
+    # the IBM extensions (0x8FF3F3 U+2170, 0x8FA2B7 U+FF5E). cp932 is Python's.
+    Column("sj", "VARCHAR(10) CHARACTER SET sjis", ["_sjis X'7E815F'", "'ｱ表'", "'~\\\\'"]),
+    Column("uj", "VARCHAR(10) CHARACTER SET ujis", ["_ujis X'A1C0F5A18FFEFE'", "'表'"]),
+    Column("ej", "VARCHAR(10) CHARACTER SET eucjpms", ["_eucjpms X'ADA1C9BD'", "_eucjpms X'8FF3F38FA2B7F5A1'"]),
+    Column("c9", "VARCHAR(10) CHARACTER SET cp932", ["_cp932 X'87405C815F'", "'表'"]),
     Column("js", "JSON", ['\'{"a": [1, 2.5, "x"], "b": null}\'', "'[]'", "NULL"]),
 ]
 
