@@ -49,8 +49,16 @@ def _executable_comment(sql: str, i: int) -> int | None:
     return j
 
 
-def tokenize(sql: str) -> list[Token]:
-    """Tokens of a statement. Comments are dropped, except executable ones, whose text the server runs."""
+#: The sql_mode bits that change how a statement's text reads (QUERY events carry the session's sql_mode).
+MODE_ANSI_QUOTES = 0x4  # "..." quotes a name, not a string (also set by the ANSI and ORACLE modes)
+MODE_NO_BACKSLASH_ESCAPES = 0x100000  # a backslash in a string is itself
+
+
+def tokenize(sql: str, sql_mode: int = 0) -> list[Token]:
+    """Tokens of a statement, read as the server read it under ``sql_mode``. Comments are dropped, except executable
+    ones, whose text the server runs."""
+    backslash = not sql_mode & MODE_NO_BACKSLASH_ESCAPES
+    name_quotes = '`"' if sql_mode & MODE_ANSI_QUOTES else "`"
     tokens: list[Token] = []
     i, n = 0, len(sql)
     open_exec = 0  # executable comments we are inside: their closing */ is dropped
@@ -72,12 +80,12 @@ def tokenize(sql: str) -> list[Token]:
         elif ch == "#" or (sql.startswith("--", i) and (i + 2 >= n or sql[i + 2].isspace())):
             end = sql.find("\n", i)
             i = n if end < 0 else end + 1
-        elif ch in "'\"":
-            text, i = _quoted(sql, i, ch, backslash=True)
-            tokens.append(Token("str", text))
-        elif ch == "`":
-            text, i = _quoted(sql, i, "`", backslash=False)
+        elif ch in name_quotes:
+            text, i = _quoted(sql, i, ch, backslash=False)
             tokens.append(Token("name", text))
+        elif ch in "'\"":
+            text, i = _quoted(sql, i, ch, backslash=backslash)
+            tokens.append(Token("str", text))
         elif ch.isdigit():
             j = i
             while j < n and (sql[j].isalnum() or sql[j] in "._$"):
@@ -573,8 +581,8 @@ class DdlApplier:
     def __init__(self, model: SchemaModel) -> None:
         self.model = model
 
-    def apply(self, default_schema: str, sql: str) -> list[Change]:
-        parser = _Parser(tokenize(sql))
+    def apply(self, default_schema: str, sql: str, sql_mode: int = 0) -> list[Change]:
+        parser = _Parser(tokenize(sql, sql_mode))
         if _changes_tables(parser.tokens) and has_undecoded_bytes(sql):
             # A name or label read from it could be anything: never guess one (binlog.events.statement_text).
             raise DdlError("the statement has bytes its client charset cannot decode, or an unknown client charset")
@@ -940,6 +948,7 @@ def _converted(column: Column, charset: str) -> Column:
     return replace(column, charset=charset)
 
 
-def apply_statement(model: SchemaModel, default_schema: str, sql: str) -> list[Change]:
-    """Applies one statement; the tables it changed (none for statements that change no table)."""
-    return DdlApplier(model).apply(default_schema, sql)
+def apply_statement(model: SchemaModel, default_schema: str, sql: str, sql_mode: int = 0) -> list[Change]:
+    """Applies one statement, read under the session's ``sql_mode``; the tables it changed (none for statements that
+    change no table)."""
+    return DdlApplier(model).apply(default_schema, sql, sql_mode)

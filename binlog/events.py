@@ -10,6 +10,7 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from binlog.charsets import statement_codec
 from binlog.constants import (
@@ -86,10 +87,11 @@ def parse_rotate(body: bytes, post_header_len: int) -> tuple[int, str]:
 
 
 # QUERY status variables (MySQL's and MariaDB's log_event.h): code -> size of its value, for the fixed-size ones.
+_Q_SQL_MODE_CODE = 1  # the session's sql_mode, a little-endian u64
 _Q_CHARSET_CODE = 4  # character_set_client, collation_connection, collation_server: three little-endian u16
 _Q_FIXED_SIZES = {
     0: 4,  # Q_FLAGS2_CODE
-    1: 8,  # Q_SQL_MODE_CODE
+    _Q_SQL_MODE_CODE: 8,
     3: 4,  # Q_AUTO_INCREMENT
     _Q_CHARSET_CODE: 6,
     7: 2,  # Q_LC_TIME_NAMES_CODE
@@ -109,15 +111,16 @@ _Q_FIXED_SIZES = {
 _Q_LENGTH_PREFIXED = frozenset({5, 6})  # Q_TIME_ZONE_CODE, Q_CATALOG_NZ_CODE: a length byte and the text
 
 
-def query_client_collation(status: bytes) -> int | None:
-    """character_set_client of a QUERY event (the collation id of the charset its statement was sent in), from its
-    status variables; None when they do not say (an old server, or a variable we cannot step over comes first)."""
+def _status_variable(status: bytes, wanted: int) -> bytes | None:
+    """The value of one status variable of a QUERY event; None when absent, or when a variable we cannot step over
+    comes before it (an old or newer server)."""
     pos = 0
     while pos < len(status):
         code = status[pos]
         pos += 1
-        if code == _Q_CHARSET_CODE:
-            return int.from_bytes(status[pos : pos + 2], "little") if pos + 2 <= len(status) else None
+        if code == wanted and code in _Q_FIXED_SIZES:
+            end = pos + _Q_FIXED_SIZES[code]
+            return bytes(status[pos:end]) if end <= len(status) else None
         if code in _Q_FIXED_SIZES:
             pos += _Q_FIXED_SIZES[code]
         elif code in _Q_LENGTH_PREFIXED and pos < len(status):
@@ -138,6 +141,20 @@ def query_client_collation(status: bytes) -> int | None:
     return None
 
 
+def query_client_collation(status: bytes) -> int | None:
+    """character_set_client of a QUERY event (the collation id of the charset its statement was sent in), from its
+    status variables; None when they do not say."""
+    value = _status_variable(status, _Q_CHARSET_CODE)
+    return int.from_bytes(value[:2], "little") if value is not None else None
+
+
+def query_sql_mode(status: bytes) -> int:
+    """The session's sql_mode bits when the statement ran (0 when the event does not say): ANSI_QUOTES and
+    NO_BACKSLASH_ESCAPES change how its text reads."""
+    value = _status_variable(status, _Q_SQL_MODE_CODE)
+    return int.from_bytes(value, "little") if value is not None else 0
+
+
 def statement_text(raw: bytes, client_collation: int | None) -> str:
     """A statement's text as the server read it: its bytes are in the client's charset (identifiers included; the
     server stores them in UTF-8 after reading them so). What that charset cannot decode, and every non-ASCII byte when
@@ -147,10 +164,14 @@ def statement_text(raw: bytes, client_collation: int | None) -> str:
     return raw.decode(codec, errors)
 
 
-def parse_query(
-    body: bytes, post_header_len: int, *, uncompress: Callable[[bytes], bytes] | None = None
-) -> tuple[str, str]:
-    """(default database, statement text), the text decoded in the client charset of the event (``statement_text``).
+class Query(NamedTuple):
+    schema: str  # the default database
+    text: str  # the statement, decoded in its client charset (``statement_text``)
+    sql_mode: int  # the session's sql_mode bits (``query_sql_mode``)
+
+
+def parse_query(body: bytes, post_header_len: int, *, uncompress: Callable[[bytes], bytes] | None = None) -> Query:
+    """A QUERY event's default database, statement and sql_mode.
 
     ``uncompress``, for MariaDB's QUERY_COMPRESSED event, turns the stored statement into its bytes before decoding.
     """
@@ -164,7 +185,8 @@ def parse_query(
     raw = bytes(body[pos + db_len + 1 :])
     if uncompress is not None:
         raw = uncompress(raw)
-    return schema, statement_text(raw, query_client_collation(bytes(body[post_header_len:pos])))
+    status = bytes(body[post_header_len:pos])
+    return Query(schema, statement_text(raw, query_client_collation(status)), query_sql_mode(status))
 
 
 def parse_xid(body: bytes) -> int:

@@ -497,7 +497,7 @@ class EventDecoder:
     ) -> Transaction | None:
         if log_pos > self.pos:
             self.pos = log_pos
-        schema, query = parse_query(
+        schema, query, sql_mode = parse_query(
             body,
             self.fde.post_header_len(QUERY_EVENT),
             uncompress=_uncompress_block if event_type == QUERY_COMPRESSED_EVENT else None,
@@ -539,7 +539,7 @@ class EventDecoder:
             self.schema_changed()
             follow = getattr(self.provider, "statement", None)  # a schema history (binlog.schemahistory) follows DDL
             if follow is not None:
-                follow(schema, query, Position(self.file, self.pos, self.trx_gtid))
+                follow(schema, query, Position(self.file, self.pos, self.trx_gtid), sql_mode)
         if not self.in_transaction:
             self.trx_timestamp = self.trx_timestamp or timestamp
             return self._commit(timestamp)

@@ -64,7 +64,7 @@ class HistoryStore(Protocol):
 class DdlListener(Protocol):
     """A schema provider that wants the DDL statements of the stream (``binlog.parser`` calls it)."""
 
-    def statement(self, schema: str, query: str, position: Position) -> None: ...
+    def statement(self, schema: str, query: str, position: Position, sql_mode: int = 0) -> None: ...
 
 
 @runtime_checkable
@@ -246,21 +246,22 @@ class SchemaHistory:
 
     # -- the decoder's side -------------------------------------------------------------------------------------------
 
-    def statement(self, schema: str, query: str, position: Position) -> None:
-        """A DDL statement (or any statement the decoder thinks may be one) at ``position`` (its end)."""
+    def statement(self, schema: str, query: str, position: Position, sql_mode: int = 0) -> None:
+        """A DDL statement (or any statement the decoder thinks may be one) at ``position`` (its end), run under the
+        session's ``sql_mode`` (ANSI_QUOTES and NO_BACKSLASH_ESCAPES change how its text reads)."""
         with self._lock:
             baseline = self.baseline_position
             if baseline is not None and position_key(position) <= position_key(baseline):
                 return  # the baseline was read after it: it shows its effect already
             self.position = position
             try:
-                changes = apply_statement(self.model, schema, query)
+                changes = apply_statement(self.model, schema, query, sql_mode)
             except DdlError as exc:
                 self._report_unreadable(schema, query, position, str(exc))
                 return
             # Only a CREATE (or a drop) says all there is to know about a table; an ALTER of a table the history
             # has lost leaves it lost, and its rows keep positional names until it is re-read.
-            first = tokenize(query)[:1]
+            first = tokenize(query, sql_mode)[:1]
             redefines = bool(first) and first[0].is_word("CREATE")
             for change in changes:
                 key = self._fold((change.schema, change.table))

@@ -277,6 +277,29 @@ def test_labels_and_names_of_ddl_in_the_stream_are_the_servers(mariadb_no_metada
     assert problems == []
 
 
+def test_ddl_is_read_under_its_sessions_sql_mode(mariadb_no_metadata: MariaDB) -> None:
+    """ANSI_QUOTES makes "..." a name, NO_BACKSLASH_ESCAPES makes a backslash itself: the event carries the session's
+    sql_mode, and the DDL is read as the server read it."""
+    server = mariadb_no_metadata
+    schema = "hist8"
+    server.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    with server.connect(schema) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ANSI_QUOTES'")
+        cur.execute("CREATE TABLE \"quoted t\" (\"my id\" INT PRIMARY KEY, e ENUM('it''s', 'x'))")
+        cur.execute("INSERT INTO \"quoted t\" VALUES (1, 'it''s')")
+        cur.execute("SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'")
+        cur.execute("CREATE TABLE plain (id INT PRIMARY KEY, e ENUM('a\\b', 'c\\'))")
+        cur.execute("INSERT INTO plain VALUES (1, 'a\\b'), (2, 'c\\')")
+    assert server.query(f"SELECT e FROM {schema}.plain ORDER BY id") == [("a\\b",), ("c\\",)]
+    assert _rows_by_table(server, schema, history, start) == {
+        "quoted t": [{"my id": "1", "e": "it's"}],
+        "plain": [{"id": "1", "e": "a\\b"}, {"id": "2", "e": "c\\"}],
+    }
+    assert problems == []
+
+
 def test_compressed_ddl_is_read_in_its_client_charset(mariadb_no_metadata: MariaDB) -> None:
     """MariaDB's log_bin_compress writes a long statement as a QUERY_COMPRESSED event: it is uncompressed to its bytes,
     then read in the client's charset like any other (a latin1 session's names come out right)."""
@@ -311,9 +334,9 @@ def test_ddl_its_charset_cannot_decode_makes_the_table_positional() -> None:
     """A statement is read in its client charset; one whose bytes that charset cannot decode (here: an unknown
     charset id) is reported as unreadable, with the tables it may name, and never applied with a guessed name."""
     statement = "ALTER TABLE `café` RENAME COLUMN a TO b".encode("latin1")
-    schema, text = parse_query(_query_event_body(8, b"s", statement), 13)  # 8: latin1_swedish_ci
+    schema, text, _ = parse_query(_query_event_body(8, b"s", statement), 13)  # 8: latin1_swedish_ci
     assert (schema, text) == ("s", "ALTER TABLE `café` RENAME COLUMN a TO b")
-    schema, unknown = parse_query(_query_event_body(0xFFF0, b"s", statement), 13)
+    schema, unknown, _ = parse_query(_query_event_body(0xFFF0, b"s", statement), 13)
     assert unknown == "ALTER TABLE `caf\udce9` RENAME COLUMN a TO b"
 
     problems: list[str] = []
