@@ -8,7 +8,8 @@ invalidates whenever a DDL statement passes and whenever a TABLE_MAP's column co
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from binlog.constants import (
@@ -51,6 +52,27 @@ class SchemaProvider(Protocol):
     def invalidate(self, schema: str | None = None, table: str | None = None) -> None: ...
 
 
+# Charsets with characters beyond utf8mb3's (four-byte UTF-8): an ENUM/SET label in one of them may hold characters
+# an information_schema in utf8mb3 (MariaDB 10.x, MySQL) shows as "?".
+_BEYOND_UTF8MB3 = frozenset({"utf8mb4", "utf16", "utf16le", "utf32", "gb18030"})
+
+#: The charset information_schema shows COLUMN_TYPE in (utf8mb3 on MariaDB 10.x).
+COLUMN_TYPE_CHARSET_SQL = (
+    "SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'information_schema' "
+    "AND TABLE_NAME = 'COLUMNS' AND COLUMN_NAME = 'COLUMN_TYPE'"
+)
+
+
+def shown_labels_may_be_mangled(data_type: str, charset: str | None, labels: Sequence[str], shown_in: str) -> bool:
+    """Whether an ENUM/SET column's labels, as information_schema shows them in the charset ``shown_in`` (that of
+    its COLUMN_TYPE), may differ from the real ones: the server writes "?" for each character it cannot convert, so
+    a "?" in a label of a column that can hold such characters may be one. (The server's own SHOW CREATE TABLE does
+    the same; only ``binlog_row_metadata=FULL`` or the DDL in the stream give such labels.)"""
+    if data_type not in ("enum", "set") or shown_in in _BEYOND_UTF8MB3:
+        return False
+    return charset in _BEYOND_UTF8MB3 and any("?" in label for label in labels)
+
+
 class InformationSchemaProvider:
     """Reads ``information_schema`` over its own PyMySQL connection (opened lazily, reopened after errors)."""
 
@@ -63,6 +85,7 @@ class InformationSchemaProvider:
 
         self._lock = threading.Lock()
         self.queries = 0  # look-ups made (for tests and statistics)
+        self._shown_in: str | None = None  # the charset of information_schema's COLUMN_TYPE, asked once
 
     def _query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         import pymysql
@@ -102,21 +125,48 @@ class InformationSchemaProvider:
                 schema,
                 table,
             )
-            result = SchemaTable(
-                tuple(
-                    SchemaColumn(
-                        name=_text(r[0]),
-                        data_type=_text(r[1]).lower(),
-                        column_type=_text(r[2]),
-                        charset=_text(r[3]) if r[3] is not None else None,
-                        nullable=_text(r[4]) == "YES",
-                    )
-                    for r in rows
-                ),
-                tuple(_text(r[0]) for r in pk),
+            columns = tuple(
+                SchemaColumn(
+                    name=_text(r[0]),
+                    data_type=_text(r[1]).lower(),
+                    column_type=_text(r[2]),
+                    charset=_text(r[3]) if r[3] is not None else None,
+                    nullable=_text(r[4]) == "YES",
+                )
+                for r in rows
             )
+            result = SchemaTable(self._without_doubtful_labels(schema, table, columns), tuple(_text(r[0]) for r in pk))
             self._cache[key] = result
             return result
+
+    def _without_doubtful_labels(
+        self, schema: str, table: str, columns: tuple[SchemaColumn, ...]
+    ) -> tuple[SchemaColumn, ...]:
+        """The columns, an ENUM/SET whose labels information_schema may have mangled ("?") typed bare ("enum"): its
+        values are then given as label numbers, never as labels that may be wrong; said once per table."""
+        doubtful = [
+            c
+            for c in columns
+            if c.data_type in ("enum", "set")
+            and shown_labels_may_be_mangled(c.data_type, c.charset, _labels(c.column_type), self._column_type_charset())
+        ]
+        if not doubtful:
+            return columns
+        logger("binlog.schema").warning(
+            "%s.%s: information_schema shows the ENUM/SET labels of %s with '?' for characters it cannot convert: "
+            "their values are given as label numbers (ENUM: position from 1; SET: the bits as a number); "
+            "binlog_row_metadata=FULL on the source gives the labels",
+            schema,
+            table,
+            ", ".join(c.name for c in doubtful),
+        )
+        return tuple(replace(c, column_type=c.data_type) if c in doubtful else c for c in columns)
+
+    def _column_type_charset(self) -> str:
+        if self._shown_in is None:
+            rows = self._query(COLUMN_TYPE_CHARSET_SQL)
+            self._shown_in = _text(rows[0][0]).lower() if rows and rows[0][0] is not None else "utf8mb3"
+        return self._shown_in
 
     def invalidate(self, schema: str | None = None, table: str | None = None) -> None:
         with self._lock:

@@ -25,7 +25,7 @@ from binlog.ddl import Change, DdlError, apply_statement, has_undecoded_bytes, t
 from binlog.errors import BinlogError
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.position import Position
-from binlog.schema import SchemaTable
+from binlog.schema import COLUMN_TYPE_CHARSET_SQL, SchemaTable
 from binlog.schemamodel import Column, SchemaModel, TableDef, event_layout, labels_may_be_mangled, layout_mismatch
 from binlog.tablemap import TableMap
 
@@ -559,10 +559,7 @@ def _column_type(data_type: str, column_type: str) -> str:
 
 def _column_type_charset(query: Query) -> str:
     """The charset information_schema shows COLUMN_TYPE in (utf8mb3 on MariaDB 10.x; assumed when it does not say)."""
-    rows = query(
-        "SELECT CHARACTER_SET_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'information_schema' "
-        "AND TABLE_NAME = 'COLUMNS' AND COLUMN_NAME = 'COLUMN_TYPE'"
-    )
+    rows = query(COLUMN_TYPE_CHARSET_SQL)
     return _text(rows[0][0]).lower() if rows and rows[0][0] is not None else "utf8mb3"
 
 

@@ -43,7 +43,7 @@ from binlog.constants import (
     MYSQL_TYPE_VARCHAR_COMPRESSED,
     MYSQL_TYPE_YEAR,
 )
-from binlog.schema import SchemaColumn, SchemaTable
+from binlog.schema import SchemaColumn, SchemaTable, shown_labels_may_be_mangled
 from binlog.table import parse_enum_labels
 from binlog.tablemap import TableMap
 
@@ -177,19 +177,10 @@ class SchemaModel:
         return replace(self, tables=dict(self.tables), databases=dict(self.databases), names=dict(self.names))
 
 
-# Charsets with characters beyond utf8mb3's (four-byte UTF-8): an ENUM/SET label in one of them may hold characters
-# an information_schema in utf8mb3 (MariaDB 10.x, MySQL) shows as "?".
-_BEYOND_UTF8MB3 = frozenset({"utf8mb4", "utf16", "utf16le", "utf32", "gb18030"})
-
-
 def labels_may_be_mangled(column: Column, shown_in: str) -> bool:
     """Whether an ENUM/SET column's labels, as information_schema shows them in the charset ``shown_in`` (that of
-    its COLUMN_TYPE), may differ from the real ones: the server writes "?" for each character it cannot convert, so
-    a "?" in a label of a column that can hold such characters may be one. (The server's own SHOW CREATE TABLE does
-    the same; only ``binlog_row_metadata=FULL`` or the DDL in the stream give such labels.)"""
-    if column.data_type not in ("enum", "set") or shown_in in _BEYOND_UTF8MB3:
-        return False
-    return column.charset in _BEYOND_UTF8MB3 and any("?" in label for label in column.labels)
+    its COLUMN_TYPE), may differ from the real ones (``binlog.schema.shown_labels_may_be_mangled``)."""
+    return shown_labels_may_be_mangled(column.data_type, column.charset, column.labels, shown_in)
 
 
 # -- checking a TABLE_MAP against a version ------------------------------------------------------------------------

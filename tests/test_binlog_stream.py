@@ -275,3 +275,21 @@ def test_an_xa_transactions_rows_come_with_its_prepare_apart_from_the_commits(ma
         ("commit", ok, [], [], False),
         ("", "", ["3"], [], False),
     ]
+
+
+def test_labels_information_schema_shows_as_question_marks_come_as_label_numbers(
+    mariadb_no_metadata: MariaDB, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without row metadata the stream takes ENUM/SET labels from information_schema, which shows each character
+    beyond utf8mb3 as '?': such a column's values come as label numbers, with a warning, never as '?'."""
+    server = mariadb_no_metadata
+    schema = new_schema(server)
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, e ENUM('😀', 'x'), s SET('a', '😀'), plain ENUM('p', 'q'))"
+        " CHARACTER SET utf8mb4"
+    )
+    start = Position(*server.binlog_position())
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (1, '😀', 'a,😀', 'q'), (2, 'x', '', 'p')")
+    rows = [c.after for t in drain(server, start) for c in t.changes if c.schema == schema]
+    assert rows == [("1", "1", "3", "q"), ("2", "2", "0", "p")]
+    assert any("given as label numbers" in r.getMessage() and "e, s" in r.getMessage() for r in caplog.records)
