@@ -91,7 +91,10 @@ class ReplyHeader(NamedTuple):
     checksum: int
 
     def expected_checksum(self, payload: bytes) -> int:
-        return (self.result + self.payload_size + payload_sum(payload)) & _MASK32
+        return self.checksum_with(payload_sum(payload))
+
+    def checksum_with(self, summed_payload: int) -> int:
+        return (self.result + self.payload_size + summed_payload) & _MASK32
 
 
 _HeaderT = TypeVar("_HeaderT", RequestHeader, ReplyHeader)
@@ -166,7 +169,12 @@ class _Framing(Generic[_HeaderT]):
         """Raise BadChecksum unless the header's checksum matches; the payload must be exactly PayloadSize bytes."""
         if len(payload) != header.payload_size:
             raise TruncatedFrame(f"{self.kind} payload: {len(payload)} bytes, PayloadSize says {header.payload_size}")
-        expected = header.expected_checksum(payload)
+        self.verify_summed(header, payload_sum(payload))
+
+    def verify_summed(self, header: _HeaderT, summed_payload: int) -> None:
+        """Raise BadChecksum unless the header's checksum matches a payload whose bytes sum to ``summed_payload`` (one
+        summed as it streamed in, never kept whole)."""
+        expected = header.checksum_with(summed_payload)
         if header.checksum != expected:
             raise BadChecksum(
                 f"{self.kind} checksum: header has 0x{header.checksum:08x}, {self.summed} sum to 0x{expected:08x}"
@@ -187,6 +195,7 @@ _REPLIES = _Framing("reply", _REPLY, ReplyHeader, "result", "result, size and pa
 
 #: The server verifies every request: bound methods, so no extra call per frame.
 verify_request = _REQUESTS.verify
+verify_summed_request = _REQUESTS.verify_summed
 verify_reply = _REPLIES.verify
 
 

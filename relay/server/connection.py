@@ -55,7 +55,7 @@ from clientproto import (
     verify_request,
 )
 from clientproto.codec import DECODERS, SESSIONLESS_COMMANDS, Request
-from clientproto.header import RequestHeader, payload_sum
+from clientproto.header import RequestHeader, payload_sum, verify_summed_request
 from relay import store
 from relay.server import snapshots
 from relay.server.queues import Delivery, SessionQueue, StaleSession
@@ -338,15 +338,12 @@ class Connection(asyncio.Protocol):
             self._input = b""
             return
         self._input = data[at:] if at else data
-        state = (
-            BUSY
-            if self._task is not None
-            else WRITING
-            if self._writing
-            else READING
-            if self._input or self._ignoring
-            else IDLE
-        )
+        if self._task is not None:
+            state = BUSY
+        elif self._writing:
+            state = WRITING
+        else:
+            state = READING if self._input or self._ignoring else IDLE
         if served or state != self.state:
             # The first byte of a request starts its io_timeout (READING); a reply starts the idle timeout.
             self.state = state
@@ -366,11 +363,9 @@ class Connection(asyncio.Protocol):
         """A request whose ignored payload was read past: checked against the sum of what streamed in, then served
         as if it had none."""
         header = ignoring.header
-        if header.checksum != header.checksum_with(ignoring.summed):
-            exc = BadChecksum(
-                f"request checksum: header has 0x{header.checksum:08x}, header fields and payload sum to "
-                f"0x{header.checksum_with(ignoring.summed):08x}"
-            )
+        try:
+            verify_summed_request(header, ignoring.summed)
+        except BadChecksum as exc:
             log.info("connection %s: %s; closing", self.peer, exc)
             self._send(error_reply(exc), close=True)
             return
