@@ -151,4 +151,6 @@ class Transaction:
 
     @property
     def is_heartbeat(self) -> bool:
-        return not self.changes and not self.statements and not self.gtid
+        """Only moves the position: the source had nothing newer (an XA PREPARE or ROLLBACK has no changes, but is a
+        transaction of its own time)."""
+        return not self.changes and not self.statements and not self.gtid and not self.xa

@@ -154,7 +154,7 @@ class BinlogStream:
                 attempt = 0
                 if trx is None:
                     continue
-                if trx.changes or trx.statements:
+                if not trx.is_heartbeat:
                     self.lag_seconds = max(0.0, time.time() - trx.timestamp) if trx.timestamp else 0.0
                 else:
                     self.lag_seconds = 0.0  # a heartbeat: the source has nothing newer

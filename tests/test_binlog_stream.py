@@ -293,3 +293,18 @@ def test_labels_information_schema_shows_as_question_marks_come_as_label_numbers
     rows = [c.after for t in drain(server, start) for c in t.changes if c.schema == schema]
     assert rows == [("1", "1", "3", "q"), ("2", "2", "0", "p")]
     assert any("given as label numbers" in r.getMessage() and "e, s" in r.getMessage() for r in caplog.records)
+
+
+def test_an_xa_prepare_or_rollback_is_a_transaction_of_its_time_not_a_heartbeat(mariadb: MariaDB) -> None:
+    """Neither carries changes, yet the source wrote them at their time: the lag they leave is theirs (a heartbeat's
+    would say the source has nothing newer, and health would call a stuck relay caught up)."""
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    start = Position(*mariadb.binlog_position())
+    old = "SET TIMESTAMP = UNIX_TIMESTAMP() - 600"
+    mariadb.execute(old, "XA START 'old'", f"INSERT INTO `{schema}`.t VALUES (1)", "XA END 'old'", "XA PREPARE 'old'")
+    mariadb.execute(old, "XA ROLLBACK 'old'")
+    with BinlogStream(settings_for(mariadb), start, blocking=False) as stream:
+        seen = [(t.xa, t.is_heartbeat, stream.lag_seconds) for t in stream if t.xa]
+    assert [(xa, heartbeat) for xa, heartbeat, _ in seen] == [("prepare", False), ("rollback", False)]
+    assert all(lag > 590 for *_, lag in seen), seen

@@ -646,7 +646,7 @@ class Worker:
         # event applied, or from the last heartbeat applied, which says the source had nothing newer. So the lag
         # grows while this process is stuck, instead of freezing at the last number it wrote.
         progress: dict[str, Any] = {}
-        if last.changes or last.statements:
+        if not last.is_heartbeat:  # an XA PREPARE or ROLLBACK carries no changes, and is no heartbeat either
             if last.timestamp:
                 progress["source_timestamp"] = datetime.fromtimestamp(last.timestamp, UTC)
         elif not last.partial:
