@@ -106,6 +106,48 @@ def test_store_unreachable(client: HttpClient, monkeypatch: pytest.MonkeyPatch) 
     assert reason_codes(response.json()) == {"store_unreachable"}
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_locked_store_gives_a_red_verdict_in_bounded_time(
+    viewer: HttpClient, filled, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table locked for good (VACUUM FULL, an ALTER, a stuck session) must not hang /healthz and /metrics: they
+    answer within RELAY_HEALTH_STORE_TIMEOUT, red, saying so."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs the PostgreSQL test store (SQLite's readers never wait for a writer)")
+    import psycopg2
+
+    monkeypatch.setenv("RELAY_HEALTH_STORE_TIMEOUT", "1")
+    settings = connection.settings_dict
+    locker = psycopg2.connect(
+        dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"], port=settings["PORT"] or 5432
+    )
+    try:
+        with locker.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("LOCK TABLE relay_queuestate IN ACCESS EXCLUSIVE MODE")
+        for url, check in (
+            ("/healthz", lambda r: r.status_code == 503 and reason_codes(r.json()) == {"store_unreachable"}),
+            (
+                "/metrics",
+                lambda r: (
+                    b"relay_healthy 0" in r.content
+                    and b'relay_health_reason{reason="store_unreachable",level="red"} 1' in r.content
+                ),
+            ),
+        ):
+            started = time.monotonic()
+            response = viewer.get(url)
+            assert time.monotonic() - started < 5
+            assert check(response), response.content[:2000]
+        assert "did not answer within 1 s" in viewer.get("/healthz").json()["reasons"][0]["message"]
+    finally:
+        locker.rollback()
+        locker.close()
+    assert "store_unreachable" not in reason_codes(viewer.get("/healthz").json())
+
+
 @pytest.mark.django_db
 def test_backlog_summary_orders_and_links(filled) -> None:
     rows = dashboard.client_rows(with_history=False)

@@ -21,12 +21,14 @@ questions of the same rule.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django.db import connection
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django.http import QueryDict
 from django.utils import timezone
 
@@ -184,6 +186,33 @@ def store_reachable() -> str:
         return str(exc) or type(exc).__name__
 
 
+def store_read_seconds() -> float:
+    """How long the health check's and /metrics' reads may take in all (``RELAY_HEALTH_STORE_TIMEOUT``)."""
+    return _env_seconds("RELAY_HEALTH_STORE_TIMEOUT", 5.0)
+
+
+@contextlib.contextmanager
+def bounded_reads() -> Iterator[None]:
+    """The reads inside, in one transaction that PostgreSQL cancels past ``store_read_seconds``: a table locked by
+    a VACUUM FULL or an ALTER would otherwise hang the health check, and a probe's timeout says nothing about why.
+    (SQLite's readers never wait for its writers.)"""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('statement_timeout', %s, true)", [f"{store_read_seconds() * 1000:.0f}"]
+                )
+        yield
+
+
+def store_too_slow(exc: DatabaseError) -> Reason:
+    return Reason(
+        "store_unreachable",
+        f"the store did not answer within {store_read_seconds():g} s (a table locked, or the store overloaded): "
+        f"{str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}",
+    )
+
+
 def evaluate(
     now: datetime,
     sources: list[dashboard.SourceOverview],
@@ -275,7 +304,11 @@ def check(params: QueryDict | None = None, limits: Thresholds | None = None) -> 
     error = store_reachable()
     if error:
         return Health(now, [Reason("store_unreachable", f"the store does not answer: {error[:300]}")])
-    rows = dashboard.client_rows(now, with_history=False)
-    return evaluate(
-        now, dashboard.source_overviews(now), dashboard.relay_process_rows(now), dashboard.backlog(rows), limits
-    )
+    try:
+        with bounded_reads():
+            rows = dashboard.client_rows(now, with_history=False)
+            sources, processes = dashboard.source_overviews(now), dashboard.relay_process_rows(now)
+            backlog = dashboard.backlog(rows)
+    except OperationalError as exc:
+        return Health(now, [store_too_slow(exc)])
+    return evaluate(now, sources, processes, backlog, limits)
