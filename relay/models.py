@@ -324,6 +324,12 @@ class WorkerStatus(models.Model):
     caught_up = models.DateTimeField(
         null=True, blank=True, help_text="when the worker last applied a source heartbeat: it had all the source had"
     )
+    clock_offset_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="the source's clock minus the worker host's, measured when it became active: binlog timestamps "
+        "are the source's time, so the lag and queue ages subtract it",
+    )
     heartbeat_seconds = models.FloatField(
         null=True, blank=True, help_text="the worker's HeartbeatSeconds: while connected it reports at least this often"
     )

@@ -67,6 +67,25 @@ def test_lag_is_computed_when_read() -> None:
 
 
 @pytest.mark.django_db
+def test_lag_and_queue_age_take_the_source_clocks_skew_off(viewer: HttpClient, filled) -> None:
+    """Binlog timestamps are the source's time. A source clock 60 s behind made every event look a minute late (red
+    while the relay kept up); one 900 s ahead hid a stuck worker's lag and a queue's age for 15 minutes."""
+    now = timezone.now()
+    worker = WorkerStatus(source="s", source_timestamp=now - timedelta(seconds=62), clock_offset_seconds=-60.0)
+    assert health.lag(worker, now) == pytest.approx(2)
+    worker = WorkerStatus(source="s", source_timestamp=now + timedelta(seconds=900 - 20), clock_offset_seconds=900.0)
+    assert health.lag(worker, now) == pytest.approx(20)
+    rows = dashboard.client_rows(now, with_history=False)
+    ages = {row.id: row.oldest_age for row in rows if row.oldest_age is not None}
+    assert ages
+    WorkerStatus.objects.update(clock_offset_seconds=-100.0)  # the source 100 s behind: its entries are younger
+    corrected = {row.id: row.oldest_age for row in dashboard.client_rows(now, with_history=False) if row.id in ages}
+    assert all(corrected[cid] == pytest.approx(max(0.0, ages[cid] - 100)) for cid in ages), (ages, corrected)
+    page = viewer.get("/").content.decode()
+    assert "-100.0 s from the worker host" in page and "synchronise the clocks" in page
+
+
+@pytest.mark.django_db
 def test_healthy_filled_store_then_each_red_reason(client: HttpClient, filled) -> None:
     WorkerStatus.objects.update(heartbeat=timezone.now(), caught_up=timezone.now(), heartbeat_seconds=HEARTBEAT)
     response = client.get("/healthz")

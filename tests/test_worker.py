@@ -69,6 +69,8 @@ def test_clients_get_exactly_the_matching_rows_once_in_binlog_order(fresh_schema
     )
     caught_up(server, worker)
     assert queue_of("exact") == [("orders", 1, "1"), ("orders", 1, "2"), ("orders", 2, "1"), ("orders", 4, "2")]
+    offset = WorkerStatus.objects.get().clock_offset_seconds  # measured at start: the same host's clock here
+    assert offset is not None and abs(offset) < 1
     assert queue_of("overlap") == [
         ("orders", 1, "1"),
         ("orders", 1, "2"),

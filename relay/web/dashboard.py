@@ -362,10 +362,13 @@ def _oldest_entries(rows: dict[int, ClientRow], now: datetime) -> None:
             if change_id is not None:
                 heads[row.id] = change_id
     times = dict(Change.objects.filter(id__in=list(heads.values())).values_list("id", "timestamp"))
+    # Changes carry the source's time: its measured skew from this host's clock is taken off their age.
+    worker = WorkerStatus.objects.exclude(clock_offset_seconds=None).order_by("-heartbeat").first()
+    offset = worker.clock_offset_seconds if worker is not None and worker.clock_offset_seconds else 0.0
     for cid, change_id in heads.items():
         if change_id in times:
             rows[cid].oldest_timestamp = times[change_id]
-            rows[cid].oldest_age = max(0.0, now.timestamp() - times[change_id])
+            rows[cid].oldest_age = max(0.0, now.timestamp() - (times[change_id] - offset))
 
 
 def client_rows(

@@ -25,7 +25,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, OperationalError, connection, transaction
@@ -112,10 +112,17 @@ def lag(worker: WorkerStatus, now: datetime) -> float | None:
     event applied and the time the worker last applied a source heartbeat (a heartbeat means the source had nothing
     newer). So it grows while the worker is stuck or the source silent, and on a quiet source it stays below one
     heartbeat period. None when the worker has applied nothing yet."""
-    marks = [mark for mark in (worker.source_timestamp, worker.caught_up) if mark is not None]
+    marks = [mark for mark in (source_time_here(worker, worker.source_timestamp), worker.caught_up) if mark is not None]
     if not marks:
         return None
     return max(0.0, (now - max(marks)).total_seconds())
+
+
+def source_time_here(worker: WorkerStatus | None, moment: datetime | None) -> datetime | None:
+    """A moment of the source's clock (a binlog timestamp) on this host's, by the skew the worker measured."""
+    if moment is None or worker is None or not worker.clock_offset_seconds:
+        return moment
+    return moment - timedelta(seconds=worker.clock_offset_seconds)
 
 
 def last_report(worker: WorkerStatus) -> datetime | None:

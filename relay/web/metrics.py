@@ -143,6 +143,17 @@ def _exposition(now: datetime, verdict: health.Health) -> str:
         [({"source": name}, item.lag) for name, _, item in workers if item.lag is not None],
     )
     out.family(
+        "relay_source_clock_offset_seconds",
+        "gauge",
+        "The source's clock minus the worker host's, measured when the worker became active; the lag and queue ages "
+        "are corrected by it (absent until measured).",
+        [
+            ({"source": name}, worker.clock_offset_seconds)
+            for name, worker, _ in workers
+            if worker.clock_offset_seconds is not None
+        ],
+    )
+    out.family(
         "relay_worker_heartbeat_age_seconds",
         "gauge",
         "Seconds since the worker last reported.",

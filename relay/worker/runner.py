@@ -120,6 +120,8 @@ def _store_errors() -> tuple[type[BaseException], ...]:
 # Failures of the first connection to the source that a retry can fix (it is down, restarting, or the network is).
 _SOURCE_UNREACHABLE = (ConnectionLostError, OSError, pymysql.err.OperationalError, pymysql.err.InterfaceError)
 STORE_RETRY_MAX_SECONDS = 30.0
+#: A skew between the source's clock and this host's that is worth a warning (smaller ones are the query's own time).
+CLOCK_WARNING_SECONDS = 2.0
 #: PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
 LOCK_NOT_AVAILABLE = "55P03"
 
@@ -278,6 +280,7 @@ class Worker:
             self._set_status(WorkerStatus.State.STOPPED)
             log.info("stopped cleanly")
             return EXIT_OK
+        self._measure_source_clock()
         log.info("starting at %s", start)
         ingestor = Ingestor(self.source)
         settings = source_settings(self.config)
@@ -401,6 +404,30 @@ class Worker:
             raise BinlogError(
                 f"--from {start.file}:{start.pos}: outside {start.file}, whose events run from 4 to {sizes[start.file]}"
             )
+
+    def _measure_source_clock(self) -> None:
+        """The source's clock against this host's, stored for the health rule: binlog timestamps are the source's
+        time, so a skew would read as lag (or hide it). Unmeasured when the source cannot be asked; the rule then
+        takes the clocks as equal."""
+        conn = ReplicationConnection(source_settings(self.config))
+        try:
+            conn.connect()
+            before = time.time()
+            rows = conn.query("SELECT UNIX_TIMESTAMP(NOW(6))")
+            after = time.time()
+        except (*_SOURCE_UNREACHABLE, BinlogError):
+            return
+        finally:
+            conn.close()
+        offset = float(rows[0][0]) - (before + after) / 2
+        if abs(offset) > CLOCK_WARNING_SECONDS:
+            log.warning(
+                "the source's clock is %.1f s %s this host's: lag and queue ages are corrected by it; synchronise the "
+                "clocks (NTP)",
+                abs(offset),
+                "ahead of" if offset > 0 else "behind",
+            )
+        WorkerStatus.objects.filter(source=self.source).update(clock_offset_seconds=offset)
 
     def _what_the_source_has(self, file: str) -> str:
         """Where a missing binlog file stands among those the source has: purged (older than its oldest) or never
