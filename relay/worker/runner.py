@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
@@ -56,6 +56,7 @@ from relay.worker.snapshots import SnapshotCoordinator
 Handoff = RowBoundedHandoff["Transaction | BaseException | None"]
 
 log = logging.getLogger("relay.worker")
+_T = TypeVar("_T")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -73,6 +74,14 @@ class WorkerOptions:
     # A standby takes over from an active worker whose lock session has been idle this long (frozen, paused, cut off
     # from the store): relay/worker/leader.py. 0: only when it dies.
     takeover_seconds: float = 30.0
+
+
+def _clock_offset(conn: ReplicationConnection) -> float:
+    """The source's clock minus this host's, seconds (this host's time taken halfway through the query)."""
+    before = time.time()
+    rows = conn.query("SELECT UNIX_TIMESTAMP(NOW(6))")
+    after = time.time()
+    return float(rows[0][0]) - (before + after) / 2
 
 
 def _binlog_order(name: str) -> tuple[str, int]:
@@ -375,16 +384,21 @@ class Worker:
         self._store_start(chosen, why)
         return chosen
 
-    def _binary_logs(self) -> list[tuple[str, int]] | None:
-        """The source's binlogs and their sizes; None when it cannot be asked (unreachable, or not allowed)."""
+    def _ask_source(self, ask: Callable[[ReplicationConnection], _T]) -> _T | None:
+        """``ask`` over a short connection of its own; None when the source cannot be asked (unreachable, or the
+        user may not): what is asked so is only ever a check or a hint."""
         conn = ReplicationConnection(source_settings(self.config))
         try:
             conn.connect()
-            return conn.binary_logs()
+            return ask(conn)
         except (*_SOURCE_UNREACHABLE, BinlogError):
             return None
         finally:
             conn.close()
+
+    def _binary_logs(self) -> list[tuple[str, int]] | None:
+        """The source's binlogs and their sizes, oldest first."""
+        return self._ask_source(ReplicationConnection.binary_logs)
 
     def _check_explicit_start(self, start: Position) -> None:
         """Refuses a --from FILE:POS the source does not have, before it becomes the checkpoint (a later start without
@@ -409,17 +423,9 @@ class Worker:
         """The source's clock against this host's, stored for the health rule: binlog timestamps are the source's
         time, so a skew would read as lag (or hide it). Unmeasured when the source cannot be asked; the rule then
         takes the clocks as equal."""
-        conn = ReplicationConnection(source_settings(self.config))
-        try:
-            conn.connect()
-            before = time.time()
-            rows = conn.query("SELECT UNIX_TIMESTAMP(NOW(6))")
-            after = time.time()
-        except (*_SOURCE_UNREACHABLE, BinlogError):
+        offset = self._ask_source(_clock_offset)
+        if offset is None:
             return
-        finally:
-            conn.close()
-        offset = float(rows[0][0]) - (before + after) / 2
         if abs(offset) > CLOCK_WARNING_SECONDS:
             log.warning(
                 "the source's clock is %.1f s %s this host's: lag and queue ages are corrected by it; synchronise the "
