@@ -18,6 +18,11 @@ Two ways to tie a chunk to the stream; both are exact when the chunk is queued a
 
 Either way, a chunk's rows are the table's rows with keys above the previous chunk's last key, in key order, up to
 the chunk size; the last chunk is the one that comes back short.
+
+A chunk is exact only in the table's layout at its point of the stream (its rows carry the columns and values the
+binlog decoder gives there). So the table's layout (``TableLayout``) is read before and after each chunk's read and
+compared with the plan's; a DDL in between raises :class:`TableChanged`, with the table's new plan when the snapshot
+can go on in it (same chunk key) and the chunk is read again, or without one when it cannot.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import pymysql
 from binlog import snapshotrows
 from binlog.errors import BinlogError
 from binlog.position import Position
-from binlog.schema import InformationSchemaProvider, SchemaColumn
+from binlog.schema import SchemaColumn
 
 log = logging.getLogger("binlog.snapshot")
 
@@ -59,6 +64,16 @@ class SnapshotError(BinlogError):
 
 class WhereError(SnapshotError):
     """A WHERE condition the relay does not run."""
+
+
+class TableChanged(SnapshotError):
+    """The table's layout (columns, types, charsets, indexes, engine) is not the plan's any more: the chunk read is
+    not used. ``plan`` is the table's new plan when the snapshot can go on exactly in it (the same chunk key), None
+    when it cannot (the table is gone, or its key changed): the message then says to ask for the table again."""
+
+    def __init__(self, message: str, plan: TablePlan | None) -> None:
+        super().__init__(message)
+        self.plan = plan
 
 
 #: Key types whose values, as rows carry them, do not bound a key range in SQL: floats (the text of a FLOAT is not
@@ -159,10 +174,63 @@ class TablePlan:
     key_indexes: tuple[int, ...]
     engine: str
     estimated_rows: int | None
+    layout: TableLayout | None = None  # what the plan was made from; every chunk checks the table still has it
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Everything a chunk's rows depend on, as information_schema shows it, read in one statement: the columns (with
+    their collations, which order and compare a key), the indexes (which say what the key is) and the engine.
+
+    A chunk is exact only in the layout the stream has at the chunk's point (its rows carry the column names and
+    values the binlog decoder gives there); the reader compares this with the table before and after each read."""
+
+    columns: tuple[SchemaColumn, ...]
+    collations: tuple[str | None, ...]
+    indexes: tuple[tuple[str, int, str, bool, str | None], ...]  # (index, seq, column, unique, sub_part) in order
+    engine: str
+    table_type: str
+
+    def column(self, name: str) -> tuple[SchemaColumn, str | None]:
+        index = [c.name for c in self.columns].index(name)
+        return self.columns[index], self.collations[index]
+
+    def index_columns(self) -> dict[str, list[tuple[str, bool, str | None]]]:
+        """Each index's (column, unique, sub_part) in key order."""
+        indexes: dict[str, list[tuple[str, bool, str | None]]] = {}
+        for name, _, column, unique, sub_part in self.indexes:
+            indexes.setdefault(name, []).append((column, unique, sub_part))
+        return indexes
+
+
+def describe_changes(old: TableLayout, new: TableLayout) -> str:
+    """What a DDL changed, in a few words: "column c added; column v varchar(20) latin1 -> varchar(20) utf8mb4"."""
+    before = {c.name: (c, collation) for c, collation in zip(old.columns, old.collations, strict=True)}
+    after = {c.name: (c, collation) for c, collation in zip(new.columns, new.collations, strict=True)}
+    changes = [f"column {name} dropped" for name in before if name not in after]
+    changes += [f"column {name} added" for name in after if name not in before]
+    for name in before.keys() & after.keys():
+        if before[name] != after[name]:
+            changes.append(f"column {name} {_column_text(*before[name])} -> {_column_text(*after[name])}")
+    if not changes and [c.name for c in old.columns] != [c.name for c in new.columns]:
+        changes.append("columns reordered")
+    if old.indexes != new.indexes:
+        changes.append("indexes changed")
+    if (old.engine, old.table_type) != (new.engine, new.table_type):
+        changes.append(f"engine {old.engine or old.table_type} -> {new.engine or new.table_type}")
+    return "; ".join(sorted(changes)) or "its layout changed"
+
+
+def _column_text(column: SchemaColumn, collation: str | None) -> str:
+    return " ".join(
+        part
+        for part in (column.column_type, collation or column.charset or "", "" if column.nullable else "NOT NULL")
+        if part
+    )
 
 
 @dataclass
@@ -200,6 +268,33 @@ class SignalTable:
 
 
 MARK_COLUMN = "mark"
+
+#: A table's layout in one statement (three parts, one row each per column, index column and table); every value
+#: arrives as text. Parameters: (schema, table) three times.
+_DESCRIBE = (
+    "SELECT 'column', ORDINAL_POSITION, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME,"
+    " IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    " UNION ALL SELECT 'index', SEQ_IN_INDEX, INDEX_NAME, COLUMN_NAME, NON_UNIQUE, SUB_PART, NULL, NULL"
+    " FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    " UNION ALL SELECT 'table', 0, ENGINE, TABLE_TYPE, TABLE_ROWS, NULL, NULL, NULL"
+    " FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+)
+#: A chunk's SELECT failing with these may be a DDL's doing (a column or the table gone, a definition newer than the
+#: consistent snapshot): the table's layout is looked at before the error is taken as it is.
+_LAYOUT_ERRORS = frozenset({1054, 1146, 1412})
+
+
+def _chunk_key(layout: TableLayout) -> tuple[str, ...]:
+    """The primary key, else the shortest unique key over NOT NULL columns (whole columns, not prefixes)."""
+    indexes = layout.index_columns()
+    if "PRIMARY" in indexes:
+        return tuple(column for column, _, _ in indexes["PRIMARY"])
+    nullable = {c.name: c.nullable for c in layout.columns}
+    for name in sorted(indexes, key=lambda n: (len(indexes[n]), n)):
+        parts = indexes[name]
+        if all(unique and sub_part is None and not nullable.get(column, True) for column, unique, sub_part in parts):
+            return tuple(column for column, _, _ in parts)
+    return ()
 
 
 class ChunkReader:
@@ -269,35 +364,25 @@ class ChunkReader:
                 raise
 
     def _plan(self, schema: str, table: str) -> TablePlan:
-        info = InformationSchemaProvider({**self._connect_args, "charset": "utf8mb4"})
-        try:
-            described = info.table(schema, table)
-        finally:
-            info.close()
-        if described is None:
+        layout, estimated = self._describe(schema, table)
+        if layout is None:
             raise SnapshotError(f"{schema}.{table} does not exist on the source")
-        rows = self._query(
-            "SELECT ENGINE, TABLE_ROWS, TABLE_TYPE FROM information_schema.TABLES"
-            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-            (schema, table),
-        )
-        engine = _text(rows[0][0] or "") if rows else ""
-        estimated = int(rows[0][1]) if rows and rows[0][1] is not None else None
-        if rows and _text(rows[0][2]).upper() == "VIEW":
+        if layout.table_type.upper() == "VIEW":
             raise SnapshotError(f"{schema}.{table} is a view; snapshot the tables it reads")
+        engine = layout.engine
         if self.method == CONSISTENT and engine.lower() not in TRANSACTIONAL_ENGINES:
             raise SnapshotError(
                 f"{schema}.{table} uses the {engine or 'unknown'} engine, which has no consistent snapshot; "
                 f"use the watermark method ([Snapshot] Method = {WATERMARK}) for it"
             )
-        key = described.primary_key or self._unique_key(schema, table, described.columns)
+        key = _chunk_key(layout)
         if not key:
             raise SnapshotError(
                 f"{schema}.{table} has no primary key and no unique key over NOT NULL columns: its rows cannot be "
                 "read in chunks or told apart in the stream; add one"
             )
-        names = [c.name for c in described.columns]
-        key_columns = [described.columns[names.index(k)] for k in key]
+        names = [c.name for c in layout.columns]
+        key_columns = [layout.columns[names.index(k)] for k in key]
         for column in key_columns:
             if column.data_type in _UNBOUNDED_KEY_TYPES:
                 raise SnapshotError(
@@ -308,31 +393,70 @@ class ChunkReader:
         return TablePlan(
             schema,
             table,
-            described.columns,
+            layout.columns,
             tuple(key),
             tuple(names.index(k) for k in key),
             engine,
             estimated,
+            layout,
         )
 
-    def _unique_key(self, schema: str, table: str, columns: Sequence[SchemaColumn]) -> tuple[str, ...]:
-        rows = self._query(
-            "SELECT INDEX_NAME, COLUMN_NAME, NON_UNIQUE, SUB_PART FROM information_schema.STATISTICS"
-            " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY INDEX_NAME, SEQ_IN_INDEX",
-            (schema, table),
+    def _describe(self, schema: str, table: str) -> tuple[TableLayout | None, int | None]:
+        """The table's layout (None when it does not exist) and its estimated row count, in one statement over the
+        reader's connection: inside a chunk's read it shows the definition the read's metadata lock holds."""
+        rows = [
+            tuple(None if value is None else _text(value) for value in row)
+            for row in self._query(_DESCRIBE, (schema, table) * 3)
+        ]
+        columns = sorted((r for r in rows if r[0] == "column"), key=lambda r: int(r[1] or 0))
+        if not columns:
+            return None, None
+        described = tuple(
+            SchemaColumn(
+                name=r[2] or "",
+                data_type=(r[3] or "").lower(),
+                column_type=r[4] or "",
+                charset=r[5],
+                nullable=r[7] == "YES",
+            )
+            for r in columns
         )
-        nullable = {c.name: c.nullable for c in columns}
-        indexes: dict[str, list[str]] = {}
-        usable: dict[str, bool] = {}
-        for index_name, column, non_unique, sub_part in rows:
-            name, column_name = _text(index_name), _text(column)
-            indexes.setdefault(name, []).append(column_name)
-            ok = not int(non_unique) and sub_part is None and not nullable.get(column_name, True)
-            usable[name] = usable.get(name, True) and ok
-        for name in sorted(indexes, key=lambda n: (len(indexes[n]), n)):
-            if usable[name]:
-                return tuple(indexes[name])
-        return ()
+        indexes = sorted(
+            ((r[2] or "", int(r[1] or 0), r[3] or "", r[4] == "0", r[5]) for r in rows if r[0] == "index"),
+            key=lambda i: (i[0], i[1]),
+        )
+        tables = [r for r in rows if r[0] == "table"]
+        engine, table_type, estimate = (tables[0][2], tables[0][3], tables[0][4]) if tables else ("", "", None)
+        layout = TableLayout(described, tuple(r[6] for r in columns), tuple(indexes), engine or "", table_type or "")
+        return layout, int(estimate) if estimate is not None else None
+
+    def _check_layout(self, plan: TablePlan) -> None:
+        """Raises :class:`TableChanged` when the table's layout is not the plan's (a DDL came since it was made)."""
+        layout, _ = self._describe(plan.schema, plan.table)
+        if layout != plan.layout:
+            raise self._changed(plan, layout)
+
+    def _changed(self, plan: TablePlan, layout: TableLayout | None) -> TableChanged:
+        """What to do about a DDL on the table: go on in its new plan when that is exact (the rows already queued are
+        exact at their own points, and the DDL reaches the client through the stream like any), else fail."""
+        name = f"{plan.schema}.{plan.table}"
+        ask = "; ask for it again"
+        if layout is None:
+            return TableChanged(f"{name} changed during the snapshot (it was renamed or dropped){ask}", None)
+        what = describe_changes(plan.layout, layout) if plan.layout is not None else "its layout changed"
+        try:
+            new = self._plan(plan.schema, plan.table)
+        except SnapshotError as exc:
+            return TableChanged(f"{name} changed during the snapshot ({what}): {exc}{ask}", None)
+        assert plan.layout is not None and new.layout is not None
+        if new.key != plan.key or any(plan.layout.column(k) != new.layout.column(k) for k in plan.key):
+            # The chunks so far were bounded by the old key's order: the rest cannot be bounded by another.
+            return TableChanged(
+                f"{name} changed during the snapshot ({what}); its chunk key ({', '.join(plan.key)}) is not the "
+                f"same, so the chunks read cannot be continued exactly{ask}",
+                None,
+            )
+        return TableChanged(f"{name} changed during the snapshot ({what}); reading on in its new layout", new)
 
     # -- reading -------------------------------------------------------------------------------------------------
 
@@ -417,6 +541,11 @@ class ChunkReader:
         where: str,
         on_position: Callable[[Position], None] | None,
     ) -> Chunk:
+        # The layout is checked before the snapshot starts and again after the SELECT, whose metadata lock holds the
+        # definition until COMMIT. The same both times: no DDL ended between them, so the stream's layout at the
+        # snapshot's position (which lies between) is the plan's. (A DDL ends, and is written to the binlog, under an
+        # exclusive metadata lock: neither check can see its new definition before its binlog event is written.)
+        self._check_layout(plan)
         conn = self._connection()
         sql, params = self._select(plan, after, limit, where)
         with conn.cursor() as cursor:
@@ -434,20 +563,39 @@ class ChunkReader:
                 position = Position(_text(file), int(_text(pos)))
                 if on_position is not None:
                     on_position(position)
-                raw, complete = self._fetch(sql, params, limit)
+                raw, complete = self._fetch_checked(plan, sql, params, limit)
+                self._check_layout(plan)
             finally:
                 cursor.execute("COMMIT")
         chunk = self._chunk(plan, raw, complete)
         chunk.position = position
         return chunk
 
+    def _fetch_checked(
+        self, plan: TablePlan, sql: str, params: Sequence[object], limit: int
+    ) -> tuple[list[tuple[Any, ...]], bool]:
+        """``_fetch``, with an error a DDL may have caused (a column or the table gone) told as the table's change."""
+        try:
+            return self._fetch(sql, params, limit)
+        except pymysql.err.MySQLError as error:
+            if not (error.args and error.args[0] in _LAYOUT_ERRORS):
+                raise
+            layout, _ = self._describe(plan.schema, plan.table)
+            if layout == plan.layout:
+                raise  # not a change of the table: the error is the error (a WHERE naming an unknown column)
+            raise self._changed(plan, layout) from error
+
     def _read_between_marks(
         self, plan: TablePlan, after: Sequence[object] | None, limit: int, where: str, low: str, high: str
     ) -> Chunk:
+        # The chunk goes into the stream at its high mark, so its rows must be in the layout the stream has there:
+        # the layout checked before the SELECT and again after the high mark is the same, so no DDL ended between.
+        self._check_layout(plan)
         self._write_mark(low)
         sql, params = self._select(plan, after, limit, where)
-        raw, complete = self._fetch(sql, params, limit)
+        raw, complete = self._fetch_checked(plan, sql, params, limit)
         self._write_mark(high)
+        self._check_layout(plan)
         chunk = self._chunk(plan, raw, complete)
         chunk.low_mark, chunk.high_mark = low, high
         return chunk

@@ -11,6 +11,7 @@ from binlog.snapshot import (
     ChunkReader,
     SignalTable,
     SnapshotError,
+    TableChanged,
     TablePlan,
     WhereError,
     check_where,
@@ -178,5 +179,112 @@ def test_keys_of_other_forms_bound_chunks_and_float_keys_are_refused(fresh_schem
             assert sorted(int(row[1]) for row in rows) == list(range(1, rows_in_table + 1)), table
         with pytest.raises(SnapshotError, match="key column 'id' is FLOAT"):
             reader.plan(schema, "floaty")
+    finally:
+        reader.close()
+
+
+def _ddl_reader(server: MariaDB, schema: str, method: str) -> ChunkReader:
+    args = {**server.replication_settings(), "user": "root", "password": ""}
+    return ChunkReader(args, method, SignalTable(schema, "signal") if method == WATERMARK else None)
+
+
+@pytest.mark.parametrize("method", [CONSISTENT, WATERMARK])
+def test_a_chunk_after_a_ddl_is_read_in_the_tables_new_layout(fresh_schema: tuple[MariaDB, str], method: str) -> None:
+    """A DDL between two chunks: the next read with the old plan is refused with the new plan (never rows decoded by
+    the old one: latin1 bytes of a column now utf8mb4 would be mojibake), and the new plan reads the rows exactly."""
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET latin1, n INT)",
+        f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('café', seq), seq FROM seq_1_to_100",
+        database=schema,
+    )
+    reader = _ddl_reader(server, schema, method)
+    try:
+        plan = reader.plan(schema, "t")
+        first = reader.read(plan, None, 30)
+        assert first.rows[0] == ("1", "café1", "1")
+        server.execute(f"ALTER TABLE `{schema}`.t MODIFY v VARCHAR(20) CHARACTER SET utf8mb4")
+        with pytest.raises(TableChanged, match="changed during the snapshot") as changed:
+            reader.read(plan, first.last_key, 30)
+        assert "column v varchar(20) latin1" in str(changed.value) and "-> varchar(20) utf8mb4" in str(changed.value)
+        assert changed.value.plan is not None
+        plan = changed.value.plan
+        second = reader.read(plan, first.last_key, 30)
+        assert second.rows[0] == ("31", "café31", "31")
+
+        server.execute(f"ALTER TABLE `{schema}`.t ADD COLUMN c VARCHAR(10) NOT NULL DEFAULT 'dflt'")
+        with pytest.raises(TableChanged, match="column c added") as changed:
+            reader.read(plan, second.last_key, 30)
+        assert changed.value.plan is not None
+        plan = changed.value.plan
+        third = reader.read(plan, second.last_key, 30)
+        assert plan.names == ("id", "v", "n", "c") and third.rows[0] == ("61", "café61", "61", "dflt")
+
+        server.execute(f"ALTER TABLE `{schema}`.t ADD INDEX by_n (n)")  # the key is the same: reading goes on
+        with pytest.raises(TableChanged, match="indexes changed") as changed:
+            reader.read(plan, third.last_key, 30)
+        assert changed.value.plan is not None and changed.value.plan.key == ("id",)
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize(
+    ("ddl", "names"),
+    [
+        ("ALTER TABLE t DROP COLUMN n", ("id", "v")),  # the SELECT names a column that is gone
+        ("ALTER TABLE t ADD COLUMN c INT DEFAULT 5", ("id", "v", "n", "c")),  # instant: the SELECT would see c
+        ("ALTER TABLE t MODIFY v VARCHAR(20) CHARACTER SET utf8mb4", ("id", "v", "n")),  # the table is rebuilt
+    ],
+    ids=["drop", "add", "charset"],
+)
+def test_a_ddl_between_the_snapshots_start_and_its_select_is_told_as_the_tables_change(
+    fresh_schema: tuple[MariaDB, str], ddl: str, names: tuple[str, ...]
+) -> None:
+    """The DDL ends after the consistent snapshot's position and before the SELECT (run from ``on_position``, which
+    comes between them): the chunk would be read in a layout the stream only has after that position. It is
+    reported as the table's change, with its new plan, never as rows or as "reading the table failed"."""
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET latin1, n INT)",
+        f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('café', seq), seq FROM seq_1_to_10",
+        database=schema,
+    )
+    reader = _ddl_reader(server, schema, CONSISTENT)
+    try:
+        plan = reader.plan(schema, "t")
+        with pytest.raises(
+            TableChanged, match=r"changed during the snapshot \(.*\); reading on in its new layout"
+        ) as changed:
+            reader.read(plan, None, 5, on_position=lambda _: server.execute(ddl, database=schema))
+        assert changed.value.plan is not None and changed.value.plan.names == names
+        assert reader.read(changed.value.plan, None, 5).rows[0][:2] == ("1", "café1")
+    finally:
+        reader.close()
+
+
+def test_a_table_renamed_or_rekeyed_during_its_snapshot_cannot_go_on(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, n INT NOT NULL)",
+        f"INSERT INTO `{schema}`.t SELECT seq, 100 - seq FROM seq_1_to_50",
+        f"CREATE TABLE `{schema}`.k (id INT PRIMARY KEY, n INT NOT NULL)",
+        f"INSERT INTO `{schema}`.k SELECT seq, 100 - seq FROM seq_1_to_50",
+        database=schema,
+    )
+    reader = _ddl_reader(server, schema, CONSISTENT)
+    try:
+        plan = reader.plan(schema, "t")
+        first = reader.read(plan, None, 20)
+        server.execute(f"RENAME TABLE `{schema}`.t TO `{schema}`.t2")
+        with pytest.raises(TableChanged, match=r"renamed or dropped\); ask for it again") as changed:
+            reader.read(plan, first.last_key, 20)
+        assert changed.value.plan is None
+
+        plan = reader.plan(schema, "k")
+        first = reader.read(plan, None, 20)
+        server.execute(f"ALTER TABLE `{schema}`.k DROP PRIMARY KEY, ADD PRIMARY KEY (n)")
+        with pytest.raises(TableChanged, match=r"chunk key \(id\) is not the same.*ask for it again") as changed:
+            reader.read(plan, first.last_key, 20)
+        assert changed.value.plan is None  # the chunks so far went by id: another key's order cannot continue them
     finally:
         reader.close()

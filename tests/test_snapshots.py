@@ -478,3 +478,271 @@ def test_chunks_shrink_while_the_stream_is_live_and_grow_back_when_it_is_quiet()
         assert coordinator.next_chunk_rows == 50  # never below MIN_CHUNK_ROWS: a slow store still gets on
     finally:
         coordinator.close()
+
+
+# -- a DDL on the table while its snapshot runs -----------------------------------------------------------------
+
+
+def _queued(client_name: str) -> list[Change]:
+    client = Client.objects.get(name=client_name)
+    ids = [change_id for _, change_id in store.entry_change_ids(client.id, client.acked_seq, 10**9)]
+    changes = Change.objects.in_bulk(ids)
+    return [changes[change_id] for change_id in ids]
+
+
+def _images(change: Change) -> tuple[dict[str, Any], dict[str, Any]]:
+    columns = rowcodec.decode(change.data)
+    return {c.name: c.before for c in columns}, {c.name: c.after for c in columns}
+
+
+def rebuild_named(client_name: str) -> dict[str, dict[str, Any]]:
+    """The client's copy of table ``t`` by id, each row by column name, from its queue applied in order."""
+    copy: dict[str, dict[str, Any]] = {}
+    for change in _queued(client_name):
+        if change.kind in (KIND_SNAPSHOT_START, KIND_SNAPSHOT_END):
+            continue
+        before, after = _images(change)
+        if change.kind != KIND_INSERT and change.kind != KIND_SNAPSHOT_ROW:
+            copy.pop(str(before["id"]), None)
+        if change.kind != KIND_DELETE:
+            copy[str(after["id"])] = after
+    return copy
+
+
+def snapshot_markers(client_name: str) -> list[tuple[int, dict[str, Any]]]:
+    return [(c.kind, _images(c)[1]) for c in _queued(client_name) if c.kind in (KIND_SNAPSHOT_START, KIND_SNAPSHOT_END)]
+
+
+def named_rows(server: MariaDB, schema: str, table: str = "t") -> dict[str, dict[str, Any]]:
+    """``SELECT *`` by id, each row by column name, in the decoder's text forms."""
+    from pymysql.converters import encoders
+
+    with server.connect(schema, conv=dict(encoders)) as conn, conn.cursor() as cursor:
+        cursor.execute(f"SELECT * FROM `{table}`")
+        names = [d[0] for d in cursor.description]
+        rows = [{n: v.decode() if isinstance(v, bytes) else v for n, v in zip(names, r, strict=True)} for r in cursor]
+    return {row["id"]: row for row in rows}
+
+
+DDL_ROWS = 600
+
+
+@pytest.mark.parametrize(
+    ("ddl", "state"),
+    [
+        ("ALTER TABLE t MODIFY v VARCHAR(20) CHARACTER SET utf8mb4", Snapshot.State.DONE),
+        ("ALTER TABLE t ADD COLUMN c VARCHAR(10) NOT NULL DEFAULT 'dflt'", Snapshot.State.DONE),
+        ("ALTER TABLE t DROP COLUMN n", Snapshot.State.DONE),
+        ("RENAME TABLE t TO t2", Snapshot.State.FAILED),
+    ],
+    ids=["charset", "add", "drop", "rename"],
+)
+def test_a_ddl_during_the_snapshot_gives_rows_in_the_layout_of_their_point(
+    fresh_schema: tuple[MariaDB, str], ddl: str, state: str
+) -> None:
+    """Each chunk carries the columns the table has at its point of the stream: after the DDL, chunks are read in the
+    new layout (a latin1 column made utf8mb4 is no mojibake), the rows queued before keep theirs, and the stream's
+    changes after the DDL carry the new layout as well. A table that is gone fails the snapshot with the reason."""
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET latin1, n INT)",
+        f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('café', seq), seq FROM seq_1_to_{DDL_ROWS}",
+        database=schema,
+    )
+    worker = _start(server, 50, RELAY_SNAPSHOT_ROWSPERSECOND=400)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
+    wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 150, timeout=60, message="a quarter read")
+    server.execute(ddl, database=schema)
+    if state == Snapshot.State.DONE:
+        # A change of an early row after the DDL: the stream gives it in the new layout too.
+        server.execute("UPDATE t SET v = 'après' WHERE id = 1", database=schema)
+    at_ddl = Snapshot.objects.get(id=snapshot.id).rows_done
+    snapshot = _wait_done(snapshot, worker, 60)
+    assert snapshot.state == state, (snapshot.error, worker.output[-3000:])
+    caught_up(server, worker)
+    assert at_ddl < DDL_ROWS  # the DDL came while the snapshot was under way
+    markers = snapshot_markers("copy")
+    assert [kind for kind, _ in markers] == [KIND_SNAPSHOT_START, KIND_SNAPSHOT_END]
+    end = markers[1][1]
+    rows_queued = sum(1 for c in _queued("copy") if c.kind == KIND_SNAPSHOT_ROW)
+    assert end["rows"] == str(snapshot.rows_done) == str(rows_queued)
+    copy = rebuild_named("copy")
+    if state == Snapshot.State.FAILED:
+        assert end["state"] == "failed" and end["error"] == snapshot.error
+        assert snapshot.error == (
+            f"{schema}.t changed during the snapshot (it was renamed or dropped); ask for it again"
+        ), snapshot.error
+        return
+    table = named_rows(server, schema)
+    assert end["state"] == "done" and snapshot.rows_done == DDL_ROWS
+    assert set(copy) == set(table)
+    new_layout = [key for key, row in copy.items() if row == table[key]]
+    old_layout = [key for key, row in copy.items() if row != table[key]]
+    if "MODIFY" in ddl:  # the values are the same text in both layouts: the copy equals the table
+        assert not old_layout, [(copy[k], table[k]) for k in old_layout[:3]]
+    else:
+        # The rows queued before the DDL have the columns of their point (as a copy the client held all along
+        # would); those from the chunks after it, and the row the stream changed after it, have the new columns.
+        assert "1" in new_layout and old_layout and len(new_layout) > DDL_ROWS - at_ddl
+        for key in old_layout:
+            assert set(copy[key]) ^ set(table[key]) == {"c" if "ADD" in ddl else "n"}, copy[key]
+            assert all(copy[key][name] == table[key][name] for name in set(copy[key]) & set(table[key]))
+            assert int(key) <= at_ddl + 50  # read before the DDL: at most the chunk in flight then
+    assert table["2"]["v"] == "café2" and copy["1"]["v"] == "après"
+    worker.stop()
+
+
+# -- cancelling --------------------------------------------------------------------------------------------------
+
+
+def test_no_chunk_is_queued_after_its_snapshot_is_cancelled(fresh_schema: tuple[MariaDB, str]) -> None:
+    """A cancel while chunks flow: the worker notices it only every CHECK_SECONDS, but no chunk is queued once the
+    cancel is committed, and the end marker counts exactly the snapshot rows queued before it."""
+    from relay.store.snapshots import cancel_snapshots
+
+    server, schema = fresh_schema
+    _fill(server, schema, rows=6_000)
+    worker = _start(server, 100, RELAY_SNAPSHOT_ROWSPERSECOND=4_000)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
+    wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 1_000, timeout=60, message="a few chunks")
+    assert cancel_snapshots([snapshot]) == 1
+    counted = Snapshot.objects.get(id=snapshot.id).rows_done
+    wait_for(lambda: len(snapshot_markers("copy")) == 2, timeout=30, message="the end marker")
+    time.sleep(1.0)  # a chunk queued after the cancel would be in by now
+    snapshot.refresh_from_db()
+    assert snapshot.state == Snapshot.State.CANCELLED and snapshot.rows_done == counted < 6_000
+    kinds = [c.kind for c in _queued("copy")]
+    assert kinds == [KIND_SNAPSHOT_START] + [KIND_SNAPSHOT_ROW] * counted + [KIND_SNAPSHOT_END]
+    assert snapshot_markers("copy")[1][1] == {
+        "snapshot": str(snapshot.id),
+        "rows": str(counted),
+        "state": "cancelled",
+        "error": None,
+    }
+    worker.stop()
+
+
+def test_a_chunk_of_a_cancelled_snapshot_is_withdrawn_in_the_batchs_transaction() -> None:
+    """record(), in the batch's store transaction, finds the snapshot cancelled: the chunk's rows leave the batch,
+    the cancelled end marker (rows: those counted) takes their place; a snapshot cancelled before anything of it
+    was queued gets no marker; an active one is counted."""
+    from django.db import transaction
+
+    from binlog.position import Position
+    from binlog.table import TableInfo
+    from relay.store.snapshots import cancel_snapshots
+    from relay.worker.snapshots import SnapshotCoordinator, SnapshotRow, _Job, _Placed
+
+    subscribe("copy", 7, "shop", "*")
+    client = Client.objects.get(name="copy")
+    queued_before, nothing_before, active = request_snapshots(
+        client, [("shop", "orders"), ("shop", "items"), ("shop", "users")]
+    )
+    Snapshot.objects.filter(id=queued_before.id).update(state=Snapshot.State.RUNNING, rows_done=100, chunks_done=1)
+    assert cancel_snapshots([queued_before, nothing_before]) == 2
+    at = Position("mysql-bin.000007", 4_000)
+
+    def placed(snapshot: Snapshot) -> _Placed:
+        job = _Job(snapshot.id, client.id, "shop", snapshot.table_name, "", None, first=False)
+        info = TableInfo("shop", snapshot.table_name, (), primary_key=("id",))
+        rows: list[Any] = [
+            SnapshotRow(
+                client.id,
+                snapshot.id,
+                "shop",
+                snapshot.table_name,
+                KIND_SNAPSHOT_ROW,
+                ("id",),
+                None,
+                (str(n),),
+                at.file,
+                at.pos,
+                n,
+                0,
+                "",
+                info,
+            )
+            for n in range(50)
+        ]
+        return _Placed(job, 50, ("150",), False, rows, at=at)
+
+    chunks = [placed(queued_before), placed(nothing_before), placed(active)]
+    with transaction.atomic():
+        SnapshotCoordinator.record(chunks)
+    withdrawn, nothing, counted = chunks
+    assert withdrawn.job.withdrawn and [(c.kind, c.after, c.file, c.pos) for c in withdrawn.changes] == [
+        (KIND_SNAPSHOT_END, (str(queued_before.id), "100", "cancelled", None), at.file, at.pos)
+    ]
+    assert nothing.job.withdrawn and nothing.changes == []
+    assert not counted.job.withdrawn and len(counted.changes) == 50
+    stored = {s.id: (s.state, s.rows_done, s.chunks_done) for s in Snapshot.objects.all()}
+    assert stored == {
+        queued_before.id: (Snapshot.State.CANCELLED, 100, 1),
+        nothing_before.id: (Snapshot.State.CANCELLED, 0, 0),
+        active.id: (Snapshot.State.RUNNING, 50, 1),
+    }
+
+
+def test_a_read_refused_for_a_ddl_does_not_hold_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader reports the table's change before it has a position: the stream, waiting for the chunk's position,
+    goes on at once, and the next chunk is read with the table's new plan."""
+    from binlog.changes import Transaction
+    from binlog.position import Position
+    from binlog.snapshot import CONSISTENT, TableChanged, TablePlan
+    from relay.config import SnapshotConfig
+    from relay.worker import snapshots
+    from relay.worker.snapshots import SnapshotCoordinator, _Job
+
+    monkeypatch.setattr(snapshots, "CHUNK_WAIT_SECONDS", 5.0)
+    old = TablePlan("shop", "t", (), ("id",), (0,), "InnoDB", None)
+    new = TablePlan("shop", "t", (), ("id",), (0,), "InnoDB", 7)
+    started = threading.Event()
+
+    class ChangedTable:
+        def read(self, *args: object) -> None:
+            started.set()
+            time.sleep(0.05)  # the stream is already waiting for the position
+            raise TableChanged("shop.t changed during the snapshot (column c added); reading on in its new layout", new)
+
+        def close(self) -> None:
+            pass
+
+    coordinator = SnapshotCoordinator({}, SnapshotConfig(method=CONSISTENT), lambda: "")
+    try:
+        coordinator.reader = ChangedTable()  # type: ignore[assignment]
+        coordinator._checked = time.monotonic() + 60  # no look at the store
+        job = coordinator._job = _Job(1, 1, "shop", "t", "", None, first=False, plan=old)
+        coordinator.tick()
+        assert started.wait(5)
+        applied = Position("mysql-bin.000001", 100)
+        begun = time.monotonic()
+        out, placed = coordinator.arrange([Transaction([], Position("mysql-bin.000001", 200))], applied)
+        assert time.monotonic() - begun < 1.0  # not the wait for a position that never comes
+        assert (len(out), placed) == (1, [])
+        assert job.plan is new and job.pending is None and coordinator._job is job
+    finally:
+        coordinator.close()
+
+
+def test_a_table_rebuilt_during_a_chunks_read_is_read_again() -> None:
+    """OPTIMIZE or ALTER ... FORCE after the consistent snapshot began: the SELECT fails with 1412 ("please retry
+    transaction") in an unchanged layout. The chunk is read again later; the snapshot does not fail."""
+    import pymysql
+
+    from binlog.snapshot import TablePlan
+    from relay.config import SnapshotConfig
+    from relay.worker.snapshots import SnapshotCoordinator, _Job
+
+    coordinator = SnapshotCoordinator({}, SnapshotConfig(), lambda: "")
+    try:
+        plan = TablePlan("shop", "t", (), ("id",), (0,), "InnoDB", None)
+        job = coordinator._job = _Job(1, 1, "shop", "t", "", None, first=False, plan=plan)
+        rebuilt = pymysql.err.OperationalError(1412, "Table definition has changed, please retry transaction")
+        coordinator._read_failed(job, rebuilt)
+        assert coordinator._job is job and not coordinator._finishing and job.not_before > time.monotonic()
+    finally:
+        coordinator.close()

@@ -14,6 +14,11 @@ The chunk's point is (binlog/snapshot.py):
 * or the high watermark's transaction: queued right after it, without the rows whose keys a change between the two
   watermarks touched (that change, queued before, carries the newer image or the delete).
 
+A DDL on the table: the reader reports it (binlog.snapshot.TableChanged) instead of a chunk in the old layout; the
+chunk is read again in the new one, which the stream's own changes have from the DDL on, or the snapshot fails with
+the reason when it cannot go on exactly. A cancel: the UPDATE that counts a chunk, in the batch's transaction, checks
+the snapshot is still active, so a cancelled snapshot's chunk is never queued and the end marker counts what was.
+
 A chunk is read only after the previous one was queued, and no sooner than the rate limit allows, so at most one
 chunk is held in memory and a snapshot never takes more of the worker than its settings give it. While the stream is
 live, chunks are sized so that writing one takes about 15 ms: a live row waits for the chunk written in its batch.
@@ -46,6 +51,7 @@ from binlog.snapshot import (
     ChunkReader,
     SignalTable,
     SnapshotError,
+    TableChanged,
     TablePlan,
     decode_key,
     encode_key,
@@ -66,8 +72,9 @@ LIVE_CHUNK_SECONDS = 0.015
 MIN_CHUNK_ROWS = 50
 #: After a source error, the next chunk read waits this long.
 RETRY_SECONDS = 2.0
-#: MySQL client errors that a later attempt can get past (the source or the network went away).
-_TRANSIENT_ERRORS = frozenset({2003, 2006, 2013, 2055, 1205, 1213})
+#: MySQL client errors that a later attempt can get past (the source or the network went away; 1412: the table was
+#: rebuilt, in the same layout, after the consistent snapshot began: the next read sees the rebuilt table).
+_TRANSIENT_ERRORS = frozenset({2003, 2006, 2013, 2055, 1205, 1213, 1412})
 
 
 class SnapshotRow(RowChange):
@@ -105,6 +112,8 @@ class _Job:
     point_known: threading.Event = field(default_factory=threading.Event)
     info: TableInfo | None = None
     estimate: int | None = None
+    # record() found the snapshot cancelled (or gone) when its chunk came to be queued, and queued no more of it.
+    withdrawn: bool = False
 
 
 @dataclass
@@ -115,8 +124,11 @@ class _Placed:
     rows: int
     last_key: tuple[object, ...] | None
     done: bool
+    # The very list of the batch transaction's changes that queues the chunk: record() rewrites it, in the batch's
+    # store transaction, when the snapshot turns out to be cancelled.
     changes: list[RowChange] = field(default_factory=list)
     failure: str = ""  # the snapshot failed: its state and error, written with its end marker
+    at: Position | None = None  # the point of the stream the chunk is queued at
 
 
 def _position_key(position: Position) -> tuple[int, str, int]:
@@ -184,6 +196,9 @@ class SnapshotCoordinator:
             self._checked = now
             self._check_store()
         job = self._job
+        if job is not None and job.withdrawn:
+            log.info("snapshot #%s: cancelled; stopping it", job.snapshot_id)
+            self._job = job = None
         if job is None:
             return
         if job.pending is not None and job.pending.done() and job.plan is None:
@@ -203,6 +218,9 @@ class SnapshotCoordinator:
             job.pending = self._inflight = self._threads.submit(
                 self.reader.read, job.plan, job.last_key, self._chunk_rows, job.where, (low, high), found
             )
+            # A read that ends without a position (it failed first: the table changed, the source went away) must
+            # not leave the stream waiting for one.
+            job.pending.add_done_callback(lambda _: known.set())
 
     def _thread_free(self) -> bool:
         """No read given up on is still running: a new one would only queue behind it, and the stream would wait
@@ -215,7 +233,8 @@ class SnapshotCoordinator:
             state = Snapshot.objects.filter(id=job.snapshot_id).values_list("state", flat=True).first()
             if state not in Snapshot.ACTIVE:  # cancelled (or deleted with its client) meanwhile
                 log.info("snapshot #%s: %s; stopping it", job.snapshot_id, state or "deleted")
-                if state == Snapshot.State.CANCELLED and not job.first:
+                # A chunk record() withdrew queued the end marker itself, in the transaction that found the cancel.
+                if state == Snapshot.State.CANCELLED and not job.first and not job.withdrawn:
                     self._finishing.append((job, "cancelled", ""))
                 self._job = None
             return
@@ -256,8 +275,7 @@ class SnapshotCoordinator:
             self._read_failed(job, error)
             return
         plan: TablePlan = future.result()
-        job.plan = plan
-        job.info = TableInfo(plan.schema, plan.table, (), primary_key=plan.key)
+        self._use_plan(job, plan)
         # Started when its reading starts (the rate shown is rows over the time since then).
         now = timezone.now()
         Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(
@@ -267,7 +285,19 @@ class SnapshotCoordinator:
             **({"rows_total": plan.estimated_rows, "key_columns": encode_key(plan.key)} if job.first else {}),
         )
 
+    @staticmethod
+    def _use_plan(job: _Job, plan: TablePlan) -> None:
+        job.plan = plan
+        job.info = TableInfo(plan.schema, plan.table, (), primary_key=plan.key)
+
     def _read_failed(self, job: _Job, error: BaseException) -> None:
+        if isinstance(error, TableChanged) and error.plan is not None:
+            # A DDL on the table: the chunk read is dropped and read again in the table's new layout, the one the
+            # stream has from the DDL on (the reader checked that the key did not change). The rows queued before
+            # are exact at their points; the DDL reaches the client through the stream, as for any copy it holds.
+            log.warning("snapshot #%s: %s", job.snapshot_id, error)
+            self._use_plan(job, error.plan)
+            return
         code = error.args[0] if isinstance(error, pymysql.err.MySQLError) and error.args else None
         if isinstance(error, OSError | pymysql.err.OperationalError | pymysql.err.InterfaceError) and (
             code is None or code in _TRANSIENT_ERRORS
@@ -487,7 +517,7 @@ class SnapshotCoordinator:
             )
             rows += 1
         last_key = chunk.last_key if chunk.last_key is not None else job.last_key
-        record = _Placed(job, rows, last_key, chunk.complete, changes)
+        record = _Placed(job, rows, last_key, chunk.complete, changes, at=at)
         if chunk.complete:
             changes.append(self._end_marker(job, at, -1, "done", ""))
         placed.append(record)
@@ -507,9 +537,8 @@ class SnapshotCoordinator:
             self._job = None
         return Transaction(changes, at)
 
-    def _marker(
-        self, job: _Job, kind: int, at: Position, names: tuple[str, ...], values: tuple[object, ...]
-    ) -> RowChange:
+    @staticmethod
+    def _marker(job: _Job, kind: int, at: Position, names: tuple[str, ...], values: tuple[object, ...]) -> RowChange:
         assert job.info is not None or kind == KIND_SNAPSHOT_END
         info = job.info or TableInfo(job.schema, job.table, ())
         return SnapshotRow(
@@ -529,9 +558,10 @@ class SnapshotCoordinator:
             info,
         )
 
-    def _end_marker(self, job: _Job, at: Position, rows: int, state: str, error: str) -> RowChange:
+    @staticmethod
+    def _end_marker(job: _Job, at: Position, rows: int, state: str, error: str) -> RowChange:
         # rows < 0: the total is filled in by record(), which knows what the store counted.
-        return self._marker(
+        return SnapshotCoordinator._marker(
             job,
             KIND_SNAPSHOT_END,
             at,
@@ -560,7 +590,8 @@ class SnapshotCoordinator:
 
     @staticmethod
     def record(placed: Sequence[_Placed]) -> None:
-        """Writes each placed chunk's progress; the caller holds the batch's store transaction."""
+        """Writes each placed chunk's progress; the caller holds the batch's store transaction, and queues the chunks
+        after this returns."""
         now = timezone.now()
         for item in placed:
             job = item.job
@@ -579,13 +610,35 @@ class SnapshotCoordinator:
             }
             if item.done:
                 fields["finished"] = now
-            Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(**fields)
+            # The state is checked by the UPDATE that counts the chunk, which locks the snapshot's row until the
+            # batch commits: a cancel committed before it finds no active row here, and one that comes after waits
+            # for this transaction and then sees the chunk counted. So the rows queued are the rows counted.
+            if not Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(**fields):
+                SnapshotCoordinator._withdraw(item)
+                continue
             if item.done:
                 total = Snapshot.objects.filter(id=job.snapshot_id).values_list("rows_done", flat=True).first()
                 end = item.changes[-1] if item.changes else None
                 if end is not None and end.kind == KIND_SNAPSHOT_END and end.after is not None:
                     end.after = (end.after[0], str(total or 0), *end.after[2:])
                 log.info("snapshot #%s of %s.%s done: %s rows", job.snapshot_id, job.schema, job.table, total)
+
+    @staticmethod
+    def _withdraw(item: _Placed) -> None:
+        """The chunk's snapshot was cancelled (or deleted with its client) before the chunk could be queued: none of
+        its rows are, and the cancelled snapshot's end marker takes their place, with the rows queued before."""
+        job = item.job
+        job.withdrawn = True
+        stored = Snapshot.objects.filter(id=job.snapshot_id).values_list("state", "chunks_done", "rows_done").first()
+        item.changes.clear()
+        if stored is None:
+            log.info("snapshot #%s: deleted; its chunk is not queued", job.snapshot_id)
+            return
+        state, chunks_done, rows_done = stored
+        log.info("snapshot #%s: %s; its chunk is not queued (%s rows were)", job.snapshot_id, state, rows_done)
+        # A snapshot with nothing queued yet has no start marker to close: no end marker either (PROTOCOL.md 5.10).
+        if state == Snapshot.State.CANCELLED and chunks_done and item.at is not None:
+            item.changes.append(SnapshotCoordinator._end_marker(job, item.at, rows_done, "cancelled", ""))
 
 
 def _key_indexes(columns: Sequence[str], key: Sequence[str]) -> tuple[int, ...] | None:
