@@ -3,6 +3,7 @@ boundary, bad inputs, outputs by URI, loopback, no litter, a standalone cluster,
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import logging
@@ -17,9 +18,10 @@ from typing import Any
 import pytest
 
 from binlog import read_binlog_files
+from binlog.constants import XID_EVENT
 from devtools.sandbox import MariaDB, free_tcp_port
 from relay.config import LoggerConfig
-from relay.pipeline import inputs, job, snapshot, sources
+from relay.pipeline import coverage, identity, inputs, job, snapshot, sources
 from relay.pipeline.tally import DAY, FILE, HOUR, FileTally
 from relay.worker.changelog import ChangeLog
 from tests.helpers.pipeline import D1, D2, KINDS, Workload, event_map, run_workload, usagepipeline
@@ -152,7 +154,7 @@ def test_bytes_read_by_spark_and_local_files_read_in_chunks_count_the_same(
     listed = inputs.collect(spark, ",".join(map(str, files)), f"{tmp_path / 'json'},{tmp_path / 'text'}")
     tasks = job.input_tasks(listed)
     assert len(tasks) == len(files) + 4 and all(sources.local_path(uri) for _, uri, _ in tasks)
-    body = partial(job.decode_file, snapshot=None, log_timezone="UTC", skip_binlogs=frozenset())
+    body = partial(job.decode_file, snapshot=None, log_timezone="UTC", coverage=None)
 
     def records(open_local: bool) -> list[tuple]:
         found = job.read_files(spark.sparkContext, tasks, body, open_local=open_local).collect()
@@ -239,6 +241,198 @@ def test_change_logs_count_like_the_workload(spark: Any, fresh_schema: tuple[Mar
     assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly()
 
 
+def test_a_binlog_given_twice_is_counted_once(spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path) -> None:
+    """A byte-identical copy under another name, and a file reached through a second path (a symbolic link): each
+    is reported as a duplicate of the file counted, which counts once; the change log lines naming either file are
+    left to it."""
+    server, schema = fresh_schema
+    w, files = run_workload(server, schema)
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    renamed = copies / f"renamed.{files[1].name.rpartition('.')[2]}"
+    shutil.copy(files[1], renamed)  # listed first below: the copy is counted, the original named a duplicate
+    folder = archive(files, tmp_path / "binlogs")
+    (tmp_path / "link").symlink_to(folder)
+    logs = tmp_path / "logs"
+    write_change_logs(files, logs, schema, {"json"})
+    spec = f"{copies},{folder},{tmp_path / 'link' / files[2].name}"
+
+    out = tmp_path / "out"
+    report, _ = job.run(spark, inputs.collect(spark, spec, str(logs)), out, write=lambda _: None)
+    assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly()
+    assert report.problems() == []
+    assert report.skipped == [
+        (f"file:{folder / files[1].name}", f"duplicate of file:{renamed}, not counted"),
+        (f"file:{tmp_path / 'link' / files[2].name}", f"duplicate of file:{folder / files[2].name}, not counted"),
+    ]
+    assert sorted(Path(f.path).name for f in report.files if f.source == "binlog") == sorted(
+        [files[0].name, renamed.name, files[2].name]
+    )
+    assert column_counts(spark, out, schema) == expected_columns(w, server)
+    left = {Path(binlog).name for f in report.files for binlog, _, _ in f.left_to_binlogs}
+    assert left == {files[0].name, renamed.name, files[2].name}
+    assert "2 skipped" in report.summary()
+
+
+def test_copies_are_found_by_content_reading_no_more_than_needed() -> None:
+    """Different sizes are never read; a differing head is read only that far; only equal heads are read whole."""
+    head = identity.HEAD_BYTES
+    contents = {
+        "a": b"x" * 10,
+        "b": b"x" * 10,  # a copy of a: small, read once, whole
+        "c": b"y" * 10,  # same size as a, other bytes
+        "d": b"z" * 11,  # a size of its own: never read
+        "big1": b"h" * head + b"1",
+        "big2": b"h" * head + b"2",  # same head as big1, another tail
+        "big3": b"h" * head + b"1",  # a copy of big1
+        "big4": b"k" * head + b"1",  # another head: read no further than it
+    }
+    reads: list[tuple[str, int | None]] = []
+
+    def digest(uri: str, limit: int | None) -> bytes:
+        reads.append((uri, limit))
+        return contents[uri][:limit]
+
+    copies = identity.find_copies(((uri, len(data)) for uri, data in contents.items()), digest)
+    assert copies == {"b": "a", "big3": "big1"}
+    heads = [(uri, head) for uri in ("a", "b", "c", "big1", "big2", "big3", "big4")]
+    wholes: list[tuple[str, int | None]] = [(uri, None) for uri in ("big1", "big2", "big3")]
+    assert sorted(reads, key=str) == sorted(heads + wholes, key=str)
+
+
+def test_every_file_of_an_input_directory_is_in_the_report(
+    spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path
+) -> None:
+    """A compressed binlog and a file of another name are not read, and the run says so as a problem (their bytes
+    may hold changes it does not count); the binlog index is skipped (it holds none). The same for change logs."""
+    server, schema = fresh_schema
+    _w, files = run_workload(server, schema)
+    folder = archive(files[:2], tmp_path / "binlogs")
+    stem = files[0].name.rpartition(".")[0]
+    (folder / f"{files[2].name}.gz").write_bytes(gzip.compress(files[2].read_bytes()))
+    (folder / f"{stem}.index").write_text("".join(f"./{p.name}\n" for p in files))
+    (folder / "notes.txt").write_text("archived by hand\n")
+    logs = tmp_path / "logs"
+    write_change_logs(files, logs, schema, {"json"})
+    (logs / "relaylogs-20240303.jsonl.xz").write_bytes(b"\xfd7zXZ\x00")
+
+    report, _ = job.run(spark, inputs.collect(spark, str(folder), str(logs)), tmp_path / "out", write=lambda _: None)
+    assert report.not_read == [
+        (f"file:{folder / files[2].name}.gz", "compressed binlog: decompress it first"),
+        (f"file:{folder / 'notes.txt'}", "not a binlog file name"),
+        (f"file:{logs / 'relaylogs-20240303.jsonl.xz'}", "compressed change log: decompress it first"),
+    ]
+    assert report.skipped == [(f"file:{folder / stem}.index", "the binlog index, not a binlog")]
+    assert report.problems() == [f"{what}: not read: {why}" for what, why in report.not_read]
+    reported = [f.path for f in report.files] + [what for what, _ in report.skipped + report.not_read]
+    listed = [f"file:{p}" for directory in (folder, logs) for p in directory.iterdir()]
+    assert sorted(reported) == sorted(listed)
+    assert "1 skipped, 3 not read" in report.summary()
+
+    # A directory with nothing to read says what it holds instead.
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / f"{files[2].name}.gz").write_bytes(b"")
+    assert inputs.collect(spark, str(only), None).missing == [
+        (str(only), f"no binlog files in this directory ({files[2].name}.gz: compressed binlog: decompress it first)")
+    ]
+
+
+def test_change_log_lines_are_left_only_to_the_binlog_that_counted_them(
+    spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path
+) -> None:
+    """Lines of transactions a binlog of the run counted are left to it; those of the transactions a partial binlog
+    does not count are counted from the log, and so are another server's lines naming a binlog of the same name.
+    The log's report says how many lines and bytes it left to which binlog, and counts only the rest."""
+    server, schema = fresh_schema
+    w, files = run_workload(server, schema)
+    logs = tmp_path / "logs"
+    write_change_logs(files, logs, schema, {"json"})
+    folder = archive(files[:1], tmp_path / "binlogs")
+    partial_end = next(end for _, end, kind in reversed(event_map(files[1])[:-3]) if kind == XID_EVENT)
+    (folder / files[1].name).write_bytes(files[1].read_bytes()[:partial_end])  # its last transactions cut away
+    # Server B logged changes of its own binlog of the same name as server A's first file, in its own GTIDs.
+    other_schema = f"{schema}_b"
+    other_logs = tmp_path / "other-logs"
+    other_logs.mkdir()
+    first_day = (logs / "relaylogs-20240301.jsonl").read_text().splitlines()
+    other_lines = [other_server_line(line, other_schema) for line in first_day if files[0].name in line]
+    (other_logs / "relaylogs-20240301.jsonl").write_text("".join(other_lines))
+
+    out = tmp_path / "out"
+    listed = inputs.collect(spark, str(folder), f"{logs},{other_logs}")
+    report, _ = job.run(spark, listed, out, write=lambda _: None)
+    # Every change of the workload once: the binlogs' from them, the cut transactions' from the log.
+    assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly()
+    assert sum(r.rows for r in spark.read.parquet(str(out / "usage_daily")).where(
+        f"schema_name = '{other_schema}'").collect()) == len(other_lines)  # fmt: skip
+
+    by_name = {(Path(f.path).parent.name, Path(f.path).name): f for f in report.files}
+    log = by_name[("logs", "relaylogs-20240301.jsonl")]
+    records = [json.loads(line) for line in first_day]
+    first = [r for r in records if r["file"] == files[0].name]
+    counted_cut = [r for r in records if r["file"] == files[1].name and r["pos"] <= partial_end]
+    size = (logs / "relaylogs-20240301.jsonl").stat().st_size
+    left = [
+        (f"file:{folder / files[0].name}", len(first), line_bytes(first_day, files[0].name, None)),
+        (f"file:{folder / files[1].name}", len(counted_cut), line_bytes(first_day, files[1].name, partial_end)),
+    ]
+    assert 0 < len(counted_cut) < len([r for r in records if r["file"] == files[1].name])
+    assert (log.status, log.left_to_binlogs) == ("complete", tuple(sorted(left)))
+    assert log.counted_bytes == size - sum(b for _, _, b in left)
+    assert log.rows == len(records) - len(first) - len(counted_cut)
+    assert log.line().endswith(f"left to {left[1][0]}, which counted their changes")
+    other = by_name[("other-logs", "relaylogs-20240301.jsonl")]
+    assert (other.left_to_binlogs, other.rows, other.counted_bytes) == ((), len(other_lines), other.size)
+    saved = json.loads((out / f"run-{report.run}.json").read_text())
+    saved_log = next(f for f in saved["files"] if f["path"] == log.path)
+    assert saved_log["left_to_binlogs"] == [list(entry) for entry in sorted(left)]
+
+
+def other_server_line(line: str, schema: str) -> str:
+    """A change log line as another server would have written it: its own GTIDs (another server id) and schema."""
+    record = json.loads(line)
+    domain, server_id, sequence = record["gtid"].split("-")
+    record["gtid"], record["schema"] = f"{domain}-{int(server_id) + 1000}-{sequence}", schema
+    return json.dumps(record) + "\n"
+
+
+def line_bytes(lines: list[str], binlog: str, up_to: int | None) -> int:
+    """Bytes (with their LF) of the change log lines of ``binlog`` at or before position ``up_to``."""
+    chosen = (line for line in lines if json.loads(line)["file"] == binlog)
+    return sum(len(line) + 1 for line in chosen if up_to is None or json.loads(line)["pos"] <= up_to)
+
+
+def test_counted_spans_follow_gtids_and_stop_at_an_uncounted_transaction() -> None:
+    spans = coverage.CountedSpans()
+    spans.add("0-1-5", 100, 200)
+    spans.add("0-1-6", 200, 300)
+    spans.add("0-2-9", 300, 400)  # another source, interleaved: spans of its own
+    spans.add("0-1-7", 400, 500)
+    spans.interrupt()  # a transaction not counted: 0-1-8
+    spans.add("0-1-9", 600, 700)
+    spans.add("3E11FA47-71CA-11E1-9E33-C80AA9429562:23", 700, 800)
+    spans.add("", 800, 900)
+    spans.add("", 900, 950)
+    assert [tuple(s) for s in spans.spans] == [
+        ("0-1", 5, 7, 100, 500),
+        ("0-2", 9, 9, 300, 400),
+        ("0-1", 9, 9, 600, 700),
+        ("3E11FA47-71CA-11E1-9E33-C80AA9429562", 23, 23, 700, 800),
+        ("", 0, 0, 800, 950),
+    ]
+    cover = coverage.Coverage({"file:/a/binlog.000003": [tuple(s) for s in spans.spans]},
+                              {"file:/a/binlog.000003": {"binlog.000003", "copy.000003"}})  # fmt: skip
+    assert cover.owner("binlog.000003", "0-1-6", 250) == "file:/a/binlog.000003"
+    assert cover.owner("copy.000003", "0-1-9", 650) == "file:/a/binlog.000003"
+    assert cover.owner("binlog.000003", "", 900) == "file:/a/binlog.000003"
+    assert cover.owner("binlog.000003", "0-1-8", 550) is None  # the transaction not counted
+    assert cover.owner("binlog.000003", "0-1-7", 550) is None  # a position the span does not hold
+    assert cover.owner("binlog.000003", "0-3-6", 250) is None  # another server's GTID
+    assert cover.owner("binlog.000004", "0-1-6", 250) is None  # another file
+    assert cover.owner("binlog.000003", "", 960) is None
+
+
 def test_text_log_of_the_original(tmp_path: Path) -> None:
     """Local clock times, quoted ';', escaped quotes and a value spanning lines, as the original wrote them."""
     path = tmp_path / "relaylogs-20240310.txt"
@@ -249,7 +443,7 @@ def test_text_log_of_the_original(tmp_path: Path) -> None:
         b"23:10:00;shop;items;D;id;NULL\n"
     )
     tally = FileTally(sources.LOG, str(path))
-    sources.read_log(tally, str(path), path.read_bytes(), "Europe/Brussels", frozenset())
+    sources.read_log(tally, str(path), path.read_bytes(), "Europe/Brussels", None)
     day = D1 + 9 * DAY  # 2024-03-10, UTC+1 in Brussels
     assert tally.usage == {
         (day, "shop", "orders"): [1, 1, 0, 0],  # 01:30 and 01:59 local = 00:xx UTC

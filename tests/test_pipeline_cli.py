@@ -4,6 +4,8 @@ leaves files behind in the temporary folders it was given."""
 
 from __future__ import annotations
 
+import gzip
+import shutil
 import time
 from pathlib import Path
 
@@ -95,3 +97,36 @@ def test_partial_input_is_in_the_exit_status(fresh_schema: tuple[MariaDB, str], 
     assert "files: 2 complete" in stdout and "1 partial" in stdout
     assert len(list(out.glob("run-*.json"))) == 1 and (out / "usage_hourly").is_dir()
     assert leftovers(tmp_path) == []
+
+
+def test_files_passed_over_are_named_and_only_uncounted_bytes_are_in_the_exit_status(
+    fresh_schema: tuple[MariaDB, str], tmp_path: Path
+) -> None:
+    """A copy of a binlog and the binlog index are skipped, which is no problem: the copy's changes are counted from
+    the original, the index holds none. A compressed binlog is not read: its changes are not counted, exit status 2."""
+    server, schema = fresh_schema
+    _w, files = run_workload(server, schema)
+    binlogs = tmp_path / "binlogs"
+    binlogs.mkdir()
+    for path in files[:2]:
+        shutil.copy(path, binlogs / path.name)
+    shutil.copy(files[0], binlogs / f"{files[0].name}-copy.{files[0].name.rpartition('.')[2]}")
+    stem = files[0].name.rpartition(".")[0]
+    (binlogs / f"{stem}.index").write_text("".join(f"./{p.name}\n" for p in files))
+    args = ("--binlogs", str(binlogs), "--out", str(tmp_path / "out"), "--master", "local[1]", "--no-load")
+
+    code, stdout, err, _seconds = usagepipeline(tmp_path, *args)
+    assert code == 0, err
+    copy = sorted(binlogs.glob("*-copy.*"))[0]
+    assert f"skipped file:{copy}: duplicate of file:{binlogs / files[0].name}, not counted" in stdout
+    assert f"skipped file:{binlogs / stem}.index: the binlog index, not a binlog" in stdout
+    assert "files: 2 complete" in stdout and "2 skipped" in stdout
+
+    (binlogs / f"{files[2].name}.gz").write_bytes(gzip.compress(files[2].read_bytes()))
+    code, stdout, err, _seconds = usagepipeline(tmp_path, *args)
+    assert code == 2, err
+    compressed = f"file:{binlogs / files[2].name}.gz"
+    lines = err.splitlines()
+    assert lines[0] == f"not counted: {compressed}: not read: compressed binlog: decompress it first"
+    assert len(lines) == 2 and lines[1].startswith("CommandError: 1 input(s) not counted in full (2 of 3 files")
+    assert "1 not read" in stdout and leftovers(tmp_path) == []

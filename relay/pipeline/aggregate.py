@@ -25,7 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.pipeline.tally import COLUMN, DAY, FILE, HOURLY, USAGE
+from relay.pipeline.coverage import Span
+from relay.pipeline.tally import COLUMN, COUNTED, DAY, FILE, HOURLY, LEFT, USAGE
 
 OUTPUTS = ("usage_hourly", "usage_daily", "busiest_tables", "column_changes", "transactions_hourly")
 
@@ -38,6 +39,8 @@ class Sums:
     columns: dict[tuple[int, str, str, str], list[int]] = field(default_factory=dict)  # -> changed, compared
     hours: dict[int, list[int]] = field(default_factory=dict)  # -> transactions, row changes
     files: list[tuple] = field(default_factory=list)  # the FILE records
+    counted: dict[str, list[Span]] = field(default_factory=dict)  # binlog URI -> the transactions it counted
+    left: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)  # log URI -> (binlog, lines, bytes)
 
     def add(self, records: Iterable[tuple]) -> Sums:
         usage, columns, hours = self.usage, self.columns, self.hours
@@ -71,6 +74,10 @@ class Sums:
                     counts[1] += rows
             elif tag == FILE:
                 self.files.append(record[1:])
+            elif tag == COUNTED:
+                self.counted.setdefault(record[1], []).append(record[2:])
+            elif tag == LEFT:
+                self.left.setdefault(record[1], []).append(record[2:])
         return self
 
 

@@ -7,7 +7,9 @@ path on Hadoop's default file system, the local one unless ``fs.defaultFS`` says
 listed files through Spark as well, so the executors never need the files on a local disk.
 
 Anything that names nothing, or a file that cannot be opened, is reported as a missing input, the way a file that
-fails in its task is, and the run goes on with the rest.
+fails in its task is, and the run goes on with the rest. Every file of a directory is in the report: read, or passed
+over with the reason (a compressed binlog, the binlog index, a name that is not a binlog's). A file whose bytes are
+another input's (``identity``) is read once, and the copy is reported as such.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from relay.pipeline.identity import find_copies
 
 # binlog.000042, mysql-bin.000001, mariadb-bin.123456: a base name and a numeric extension of six digits or more.
 BINLOG_NAME = re.compile(r"^.+\.\d{6,}$")
@@ -29,6 +33,9 @@ ARCHIVED = "archived"
 LIVE = "live"
 LAST_BINLOG = (ARCHIVED, LIVE)
 
+# What the archivers of binlogs and logs compress with: such a file holds a binlog, but not one a task can decode.
+COMPRESSED_SUFFIXES = frozenset({".gz", ".bz2", ".xz", ".zst", ".zstd", ".lz4"})
+
 
 @dataclass
 class Inputs:
@@ -36,7 +43,31 @@ class Inputs:
     logs: list[str] = field(default_factory=list)
     sizes: dict[str, int] = field(default_factory=dict)  # URI -> bytes, to hand the biggest files out first
     missing: list[tuple[str, str]] = field(default_factory=list)  # (what was asked for, why nothing was read)
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, why it is left out)
+    # (file, why it is left out) of files whose row changes are counted anyway or that hold none: a copy of another
+    # input, the text log of a day whose JSON log is read, the binlog index.
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    # (file, why it is not read) of files of an input directory whose bytes may hold row changes that the run does
+    # not count (a compressed binlog, an unknown name): like a partial file, a problem of the run.
+    not_read: list[tuple[str, str]] = field(default_factory=list)
+    copies: dict[str, str] = field(default_factory=dict)  # URI of a copy -> URI of the file counted instead
+
+
+@dataclass(frozen=True)
+class PassedOver:
+    """A file of an input directory that is not read: why, and whether its bytes may hold uncounted row changes."""
+
+    uri: str
+    why: str
+    uncounted: bool
+
+
+@dataclass
+class Listing:
+    """What the names of one option list: readable files, names that list nothing, files passed over."""
+
+    found: list[tuple[str, int]] = field(default_factory=list)  # (URI, size), in order, no URI twice
+    missing: list[tuple[str, str]] = field(default_factory=list)
+    passed_over: list[PassedOver] = field(default_factory=list)
 
 
 class ListingError(Exception):
@@ -49,6 +80,17 @@ def base_name(uri: str) -> str:
 
 def folder_of(uri: str) -> str:
     return uri.rstrip("/").rpartition("/")[0]
+
+
+def why_passed_over(name: str, pattern: re.Pattern[str], what: str) -> PassedOver:
+    """Why a file of an input directory whose name does not match ``pattern`` is not read (``uri`` left empty)."""
+    stem, dot, suffix = name.rpartition(".")
+    if dot and f".{suffix.lower()}" in COMPRESSED_SUFFIXES and pattern.match(stem):
+        return PassedOver("", f"compressed {what}: decompress it first", uncounted=True)
+    if what == "binlog" and name.endswith(".index"):
+        # It lists binlog file names, one a line: nothing in it is a row change.
+        return PassedOver("", "the binlog index, not a binlog", uncounted=False)
+    return PassedOver("", f"not a {what} file name", uncounted=True)
 
 
 def split_names(spec: str) -> list[str]:
@@ -76,6 +118,7 @@ class HadoopFiles:
     def __init__(self, spark: Any) -> None:
         context = getattr(spark, "sparkContext", spark)  # a SparkSession or a SparkContext
         self._jvm = context._jvm
+        self._gateway = context._gateway
         self._conf = context._jsc.hadoopConfiguration()
         default = self._jvm.org.apache.hadoop.fs.FileSystem.getDefaultUri(self._conf)
         self._default_is_local = str(default.getScheme() or "file") == "file"
@@ -89,11 +132,13 @@ class HadoopFiles:
             name = os.path.abspath(name)
         return name
 
-    def files(self, name: str, pattern: re.Pattern[str], what: str) -> list[tuple[str, int]]:
-        """(URI, size) of the readable files ``name`` stands for, sorted by URI.
+    def files(self, name: str, pattern: re.Pattern[str], what: str) -> tuple[list[tuple[str, int]], list[PassedOver]]:
+        """(URI, size) of the readable files ``name`` stands for, sorted by URI, and the files passed over.
 
-        A directory contributes the files whose names match ``pattern``; a glob or a file is taken as given.
+        A directory contributes the files whose names match ``pattern``, and every other file of it is passed over
+        with the reason; a glob or a file is taken as given.
         """
+        passed_over: list[PassedOver] = []
         name = self.qualified(name)
         try:
             path = self._jvm.org.apache.hadoop.fs.Path(name)
@@ -106,10 +151,20 @@ class HadoopFiles:
                 if not found:
                     raise ListingError("no file matches")
             elif statuses[0].isDirectory():
-                found = [s for s in fs.listStatus(statuses[0].getPath()) if s.isFile()]
-                found = [s for s in found if pattern.match(s.getPath().getName())]
+                found = []
+                for status in fs.listStatus(statuses[0].getPath()):
+                    if not status.isFile():
+                        continue
+                    file_name = status.getPath().getName()
+                    if pattern.match(file_name):
+                        found.append(status)
+                    else:
+                        why = why_passed_over(file_name, pattern, what)
+                        passed_over.append(PassedOver(status.getPath().toString(), why.why, why.uncounted))
                 if not found:
-                    raise ListingError(f"no {what} files in this directory")
+                    others = "; ".join(f"{base_name(p.uri)}: {p.why}" for p in sorted(passed_over, key=_uri)[:3])
+                    more = " ..." if len(passed_over) > 3 else ""
+                    raise ListingError(f"no {what} files in this directory" + (f" ({others}{more})" if others else ""))
             else:
                 found = list(statuses)
             listed = sorted((s.getPath().toString(), int(s.getLen())) for s in found)
@@ -117,7 +172,7 @@ class HadoopFiles:
             raise
         except Exception as exc:  # noqa: BLE001 - a Java exception through py4j: say it in one line
             raise ListingError(java_message(exc)) from None
-        return listed
+        return listed, sorted(passed_over, key=_uri)
 
     def check_readable(self, uri: str) -> None:
         """Opens and closes the file, so that a file the tasks could not open is reported here, not fatal there:
@@ -127,6 +182,30 @@ class HadoopFiles:
             path.getFileSystem(self._conf).open(path).close()
         except Exception as exc:  # noqa: BLE001 - as in files()
             raise ListingError(f"cannot be opened: {java_message(exc)}") from None
+
+    def digest(self, uri: str, limit: int | None = None) -> bytes:
+        """SHA-256 of the file's first ``limit`` bytes (all of them when None), computed in the JVM: the bytes never
+        cross py4j, one call per file whatever its size."""
+        jvm = self._jvm
+        try:
+            path = jvm.org.apache.hadoop.fs.Path(uri)
+            stream = path.getFileSystem(self._conf).open(path)
+            try:
+                sha = jvm.java.security.MessageDigest.getInstance("SHA-256")
+                digesting = jvm.java.security.DigestInputStream(stream, sha)
+                if limit is None:
+                    digesting.transferTo(jvm.java.io.OutputStream.nullOutputStream())
+                else:
+                    digesting.readNBytes(self._gateway.new_array(jvm.byte, limit), 0, limit)
+                return bytes(sha.digest())
+            finally:
+                stream.close()
+        except Exception as exc:  # noqa: BLE001 - as in files()
+            raise ListingError(f"cannot be read: {java_message(exc)}") from None
+
+
+def _uri(passed_over: PassedOver) -> str:
+    return passed_over.uri
 
 
 def java_message(exc: BaseException) -> str:
@@ -139,26 +218,42 @@ def java_message(exc: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else exc.__class__.__name__
 
 
-def expand(
-    hadoop: HadoopFiles, spec: str, pattern: re.Pattern[str], what: str
-) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
-    """Files named by ``spec`` (comma-separated directories, globs, files, URIs), sorted, no duplicates."""
-    found: list[tuple[str, int]] = []
-    missing: list[tuple[str, str]] = []
+def expand(hadoop: HadoopFiles, spec: str, pattern: re.Pattern[str], what: str) -> Listing:
+    """Files named by ``spec`` (comma-separated directories, globs, files, URIs), sorted, no URI twice."""
+    listing = Listing()
+    found: dict[str, int] = {}
     for name in split_names(spec):
         try:
-            listed = hadoop.files(name, pattern, what)
+            listed, passed_over = hadoop.files(name, pattern, what)
         except ListingError as exc:
-            missing.append((name, str(exc)))
+            listing.missing.append((name, str(exc)))
             continue
+        listing.passed_over += passed_over
         for uri, size in listed:
+            if uri in found:  # named twice (a directory and a glob inside it): the one file, read once
+                continue
             try:
                 hadoop.check_readable(uri)
             except ListingError as exc:
-                missing.append((uri, str(exc)))
+                listing.missing.append((uri, str(exc)))
                 continue
-            found.append((uri, size))
-    return list(dict.fromkeys(found)), missing
+            found[uri] = size
+    listing.found = list(found.items())
+    listing.passed_over = list({p.uri: p for p in listing.passed_over}.values())
+    return listing
+
+
+def find_input_copies(hadoop: HadoopFiles, files: list[tuple[str, int]]) -> dict[str, str]:
+    """Copy URI -> original URI among ``files``: see ``identity``."""
+
+    def digest(uri: str, limit: int | None) -> bytes:
+        try:
+            return hadoop.digest(uri, limit)
+        except ListingError:
+            # Equal to no other file's digest: the file is read by its task like any other, and reported there.
+            return b"unreadable " + uri.encode()
+
+    return find_copies(files, digest)
 
 
 def last_of_series(binlogs: list[str]) -> set[str]:
@@ -181,13 +276,11 @@ def collect(spark: Any, binlogs: str | None, logs: str | None) -> Inputs:
     hadoop = HadoopFiles(spark)
     inputs = Inputs()
     if binlogs:
-        files, missing = expand(hadoop, binlogs, BINLOG_NAME, "binlog")
+        files = _listed(hadoop, inputs, expand(hadoop, binlogs, BINLOG_NAME, "binlog"))
         inputs.binlogs = [uri for uri, _ in files]
         inputs.sizes.update(files)
-        inputs.missing.extend(missing)
     if logs:
-        files, missing = expand(hadoop, logs, LOG_NAME, "change log")
-        inputs.missing.extend(missing)
+        files = _listed(hadoop, inputs, expand(hadoop, logs, LOG_NAME, "change log"))
         json_days = {(folder_of(uri), base_name(uri).rsplit(".", 1)[0]) for uri, _ in files if uri.endswith(".jsonl")}
         for uri, size in files:
             if uri.endswith(".txt") and (folder_of(uri), base_name(uri).rsplit(".", 1)[0]) in json_days:
@@ -196,3 +289,14 @@ def collect(spark: Any, binlogs: str | None, logs: str | None) -> Inputs:
                 inputs.logs.append(uri)
                 inputs.sizes[uri] = size
     return inputs
+
+
+def _listed(hadoop: HadoopFiles, inputs: Inputs, listing: Listing) -> list[tuple[str, int]]:
+    """The files of ``listing`` to read; what it found missing, passed over or copied goes into ``inputs``."""
+    inputs.missing += listing.missing
+    for passed_over in listing.passed_over:
+        (inputs.not_read if passed_over.uncounted else inputs.skipped).append((passed_over.uri, passed_over.why))
+    copies = find_input_copies(hadoop, listing.found)
+    inputs.copies.update(copies)
+    inputs.skipped += [(copy, f"duplicate of {original}, not counted") for copy, original in copies.items()]
+    return [(uri, size) for uri, size in listing.found if uri not in copies]

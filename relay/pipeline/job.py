@@ -1,6 +1,9 @@
 """The Spark job: one task per input file decodes it into partial sums; the driver adds them up and writes the
 outputs (see ``aggregate`` for what they hold) under ``out``, with the run's report (``report``) beside them.
 
+When a run has both, the binlogs are decoded first and the change logs after them: a change log line counts unless
+a binlog of the run counted its change (``coverage``), which only the binlogs' own tasks can tell.
+
 A run replaces only the days it computed, so runs over different archives add up. ``transactions`` counts committed
 transactions that changed the table in that hour: exact for binlog files, by GTID for JSON change logs, 0 for the
 text layout (which has no transaction identity).
@@ -19,6 +22,7 @@ from typing import Any
 
 from relay.pipeline import sources
 from relay.pipeline.aggregate import OUTPUTS, Results, Sums, frames
+from relay.pipeline.coverage import Coverage
 from relay.pipeline.inputs import LIVE, Inputs, base_name, last_of_series
 from relay.pipeline.outputs import OutputLocation
 from relay.pipeline.progress import ChunkBeacon, Progress
@@ -42,11 +46,13 @@ def decode_file(
     pairs: Iterable[tuple[str, bytes | None]],
     snapshot: Any,
     log_timezone: str,
-    skip_binlogs: frozenset[str],
+    coverage: Any,
     progress: tuple[str, int] | None = None,
 ) -> Iterator[tuple]:
-    """The body of every task: the one file Spark read for it, counted into partial sums."""
+    """The body of every task: the one file Spark read for it, counted into partial sums. ``snapshot`` and
+    ``coverage`` are broadcasts (or None) of the schema snapshot and of the run's binlogs' counted transactions."""
     schema = snapshot.value if snapshot is not None else None
+    counted = coverage.value if coverage is not None else None
     beacon = ChunkBeacon(progress, path)
 
     def read(tally: Any, name: str) -> None:
@@ -54,7 +60,7 @@ def decode_file(
             if source == sources.BINLOG:
                 sources.read_binlog(tally, name, content, schema, live=live, beacon=beacon)
             else:
-                sources.read_log(tally, name, content, log_timezone, skip_binlogs, beacon=beacon)
+                sources.read_log(tally, name, content, log_timezone, counted, beacon=beacon)
 
     try:
         records = list(sources.run_file(source, path, read))
@@ -62,6 +68,15 @@ def decode_file(
         beacon(0, 0, done=True)
         beacon.close()
     return iter(records)
+
+
+def binlog_names(inputs: Inputs) -> dict[str, set[str]]:
+    """Binlog URI -> the file names a change log knows it by: its own, and those of its copies (``identity``)."""
+    names = {uri: {base_name(uri)} for uri in inputs.binlogs}
+    for copy, original in inputs.copies.items():
+        if original in names:
+            names[original].add(base_name(copy))
+    return names
 
 
 def input_tasks(inputs: Inputs, last_binlog: str = "archived") -> list[tuple[str, str, bool]]:
@@ -98,8 +113,9 @@ def file_reports(sums: Sums, tasks: list[tuple[str, str, bool]], sizes: dict[str
     files = []
     for source, path, status, counted, rows, txs, seconds, note in sums.files:
         size = sizes.get(path, 0)
+        left = tuple(sorted(sums.left.get(path, ()))) if status != UNREADABLE else ()
         files.append(
-            FileReport(source, path, status, size if counted is None else counted, rows, txs, seconds, note, size)
+            FileReport(source, path, status, size if counted is None else counted, rows, txs, seconds, note, size, left)
         )
     reported = {f.path for f in files}
     files += [
@@ -146,11 +162,19 @@ def run(
     started = time.monotonic()
     sc = spark.sparkContext
     location = OutputLocation(spark, str(out))
-    report = RunReport(run=run_id or new_run_id(), out=location.uri, missing=inputs.missing, skipped=inputs.skipped)
+    report = RunReport(
+        run=run_id or new_run_id(),
+        out=location.uri,
+        missing=inputs.missing,
+        skipped=inputs.skipped,
+        not_read=inputs.not_read,
+    )
     for what, why in inputs.missing:
         write(f"missing input {what}: {why}")
     for what, why in inputs.skipped:
         write(f"skipped {what}: {why}")
+    for what, why in inputs.not_read:
+        write(f"not read {what}: {why}")
     tasks = input_tasks(inputs, last_binlog)
     if not tasks:
         write("no input files: nothing to do")
@@ -161,23 +185,26 @@ def run(
     with Progress(sc, write, progress_interval, host=host, sizes=inputs.sizes) as progress:
         progress.step(f"decode {len(inputs.binlogs)} binlog and {len(inputs.logs)} change log files")
         snapshot_bc = sc.broadcast(snapshot) if snapshot else None
-        skip_binlogs = frozenset(base_name(p) for p in inputs.binlogs)
-        body = partial(
-            decode_file,
-            snapshot=snapshot_bc,
-            log_timezone=log_timezone,
-            skip_binlogs=skip_binlogs,
-            progress=progress.address,
-        )
-        sc.setJobDescription("decode input files")
+        body = partial(decode_file, snapshot=snapshot_bc, log_timezone=log_timezone, progress=progress.address)
+        sums = Sums()
         # The partial sums are about as small as the outputs: they come back with the decode's own action.
-        sums = Sums().add(read_files(sc, tasks, body).collect())
+        binlog_tasks = [task for task in tasks if task[0] == sources.BINLOG]
+        if binlog_tasks:
+            sc.setJobDescription("decode binlog files")
+            sums.add(read_files(sc, binlog_tasks, partial(body, coverage=None)).collect())
         if snapshot_bc is not None:
             snapshot_bc.unpersist()
+        log_tasks = [task for task in tasks if task[0] == sources.LOG]
+        if log_tasks:
+            coverage_bc = sc.broadcast(Coverage(sums.counted, binlog_names(inputs))) if sums.counted else None
+            sc.setJobDescription("decode change log files")
+            sums.add(read_files(sc, log_tasks, partial(body, coverage=coverage_bc)).collect())
+            if coverage_bc is not None:
+                coverage_bc.unpersist()
         report.files = file_reports(sums, tasks, inputs.sizes)
         report.decode_seconds = time.monotonic() - started
         for f in report.files:
-            if f.status in (UNREADABLE, PARTIAL, LIVE_STATUS):
+            if f.status in (UNREADABLE, PARTIAL, LIVE_STATUS) or f.left_to_binlogs:
                 write(f.line())
         progress.done(f"{report.rows} row changes in {report.transactions} complete transactions; {report.summary()}")
 

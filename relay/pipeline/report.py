@@ -2,7 +2,11 @@
 
 Every listed file ends up in exactly one state (``tally.STATUSES``): complete, partial (counted up to its last
 complete transaction), live (a server's live binlog, counted the same way, its open end expected) or unreadable
-(counted not at all). Names that listed nothing are ``missing``; files left out on purpose are ``skipped``.
+(counted not at all). Names that listed nothing are ``missing``; files left out because their changes count anyway
+or they hold none are ``skipped`` (a copy of another input, the binlog index); files of an input directory left out
+although they may hold changes are ``not_read`` (a compressed binlog, an unknown name), a problem like a partial file.
+A change log's lines whose changes a binlog of the run counted are left to that binlog (``left_to_binlogs``): its
+counted bytes are the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ class FileReport:
     seconds: float
     note: str | None  # why a file is not complete
     size: int = 0  # bytes, as listed before the run
+    # a change log's lines whose changes a binlog of the run counted: (binlog URI, lines, bytes), not in counted_bytes
+    left_to_binlogs: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def error(self) -> str | None:
@@ -39,7 +45,11 @@ class FileReport:
             return f"{self.path}: partial: {self.note}; {counted}, {self.size - self.counted_bytes:,} bytes not"
         if self.status == LIVE:
             return f"{self.path}: live binlog: {self.note}; {counted}, the rest is still being written"
-        return f"{self.path}: complete; {counted}"
+        left = "".join(
+            f"; {lines:,} lines ({left_bytes:,} bytes) left to {binlog}, which counted their changes"
+            for binlog, lines, left_bytes in self.left_to_binlogs
+        )
+        return f"{self.path}: complete; {counted}{left}"
 
 
 @dataclass
@@ -49,6 +59,7 @@ class RunReport:
     files: list[FileReport] = field(default_factory=list)
     missing: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    not_read: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     decode_seconds: float = 0.0
     aggregate_seconds: float = 0.0  # aggregating and writing the outputs
@@ -95,11 +106,20 @@ class RunReport:
                 parts.append(f"{entry['files']} {status} ({entry['bytes']:,} bytes{counted})")
         if self.missing:
             parts.append(f"{len(self.missing)} missing")
+        if self.skipped:
+            parts.append(f"{len(self.skipped)} skipped")
+        if self.not_read:
+            parts.append(f"{len(self.not_read)} not read")
+        left = [entry for f in self.files for entry in f.left_to_binlogs]
+        if left:
+            lines, left_bytes = sum(entry[1] for entry in left), sum(entry[2] for entry in left)
+            parts.append(f"{lines:,} change log lines ({left_bytes:,} bytes) left to the binlogs that counted them")
         return "files: " + ", ".join(parts)
 
     def problems(self) -> list[str]:
-        """One line per input that was not counted in full: missing, unreadable or partial, and why."""
+        """One line per input that was not counted in full: missing, not read, unreadable or partial, and why."""
         lines = [f"{what}: {why}" for what, why in self.missing]
+        lines += [f"{what}: not read: {why}" for what, why in self.not_read]
         lines += [f.line() for f in self.files if f.status in (UNREADABLE, PARTIAL)]
         return lines
 

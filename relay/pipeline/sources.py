@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlparse
 from zoneinfo import ZoneInfo
 
 from binlog.constants import KIND_LETTERS, KIND_NAMES
+from relay.pipeline.coverage import Coverage
 from relay.pipeline.tally import COMPLETE, LIVE, PARTIAL, FileTally, changed_columns
 
 BINLOG = "binlog"
@@ -150,10 +151,13 @@ def read_binlog(
             in_use = bool(int.from_bytes(event[17:19], "little") & LOG_EVENT_BINLOG_IN_USE_F)
         if opened_at is not None and event_type in transaction_starts:
             dropped.append(opened_at)  # the decoder drops that transaction's rows when this event starts the next
+            tally.counted_spans.interrupt()
         trx = decoder.feed(event)
         start, position, last_type = position, position + len(event), event_type
         if trx is not None and not trx.partial:
             _count_transaction(tally, trx, NOT_PRESENT)
+            if trx.changes or trx.prepared:  # the change log has lines for it: they are counted here
+                tally.counted_spans.add(trx.gtid, start if opened_at is None else opened_at, position)
         if decoder.transaction_open:
             if opened_at is None:
                 opened_at = start
@@ -222,18 +226,18 @@ def read_log(
     path: str,
     content: BinaryIO | bytes,
     timezone: str,
-    skip_binlogs: frozenset[str],
+    coverage: Coverage | None,
     *,
     beacon: Callable[[int, int], None] | None = None,
 ) -> None:
-    """Counts one change log file's bytes; ``skip_binlogs`` names binlog files whose changes the run counts from
-    the binlog files themselves. A change log has no closing record: a file that reads to its end is complete."""
+    """Counts one change log file's bytes; ``coverage`` says which of its lines' changes the run's binlogs counted
+    (None: no binlog counted any). A change log has no closing record: a file that reads to its end is complete."""
     day, ext = log_day(path)
     lines: Iterable[bytes] = io.BytesIO(content) if isinstance(content, bytes) else content
     if beacon is not None:
         lines = _reporting(lines, tally, beacon)
     if ext == "jsonl":
-        count_json_lines(tally, lines, skip_binlogs)
+        count_json_lines(tally, lines, coverage)
     else:
         count_text_lines(tally, lines, day, ZoneInfo(timezone))
 
@@ -254,12 +258,17 @@ def _lines(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
         yield number, line[:-1]
 
 
-def count_json_lines(tally: FileTally, handle: Iterable[bytes], skip_binlogs: frozenset[str]) -> None:
-    """JSON lines; transactions are counted by GTID (a line's GTID differs from the previous line's)."""
+def count_json_lines(tally: FileTally, handle: Iterable[bytes], coverage: Coverage | None) -> None:
+    """JSON lines; transactions are counted by GTID (a line's GTID differs from the previous line's).
+
+    A line whose change a binlog of the run counted (``coverage``) is left to that binlog: neither its change nor
+    its bytes count here, and the file's record says how many lines and bytes each binlog took."""
     current_gtid = ""
     current_time = 0
     touched: set[tuple[int, str, str]] = set()
+    read_bytes = left_bytes = 0
     for number, line in _lines(handle):
+        read_bytes += len(line) + 1  # with its LF
         if not line.strip():
             continue
         try:
@@ -269,9 +278,15 @@ def count_json_lines(tally: FileTally, handle: Iterable[bytes], skip_binlogs: fr
             kind = JSON_KIND[record["type"]]
             gtid = record.get("gtid") or ""
             binlog_file = record.get("file") or ""
+            position = record.get("pos")
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"line {number}: not a change log record ({describe(exc)})") from None
-        if binlog_file in skip_binlogs:  # the same change is counted from the binlog file itself
+        binlog = None
+        if coverage is not None and isinstance(position, int):
+            binlog = coverage.owner(str(binlog_file), str(gtid), position)
+        if binlog is not None:  # the same change, counted from the binlog file itself
+            tally.leave_to_binlog(binlog, len(line) + 1)
+            left_bytes += len(line) + 1
             continue
         if gtid != current_gtid:
             if current_gtid:
@@ -291,6 +306,8 @@ def count_json_lines(tally: FileTally, handle: Iterable[bytes], skip_binlogs: fr
             )
     if current_gtid:
         tally.add_transaction(current_time, touched)
+    if left_bytes:
+        tally.end(COMPLETE, None, read_bytes - left_bytes)
 
 
 def count_text_lines(tally: FileTally, handle: Iterable[bytes], day: str, zone: ZoneInfo) -> None:

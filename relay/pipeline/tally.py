@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from binlog.constants import KIND_ORDER
+from relay.pipeline.coverage import CountedSpans
 
 HOUR = 3600
 DAY = 86400
@@ -25,6 +26,10 @@ USAGE = "usage"  # (tag, hour, schema, table, inserts, updates, deletes, transac
 COLUMN = "column"  # (tag, day, schema, table, column, changed, compared)
 HOURLY = "hourly"  # (tag, hour, transactions, row_changes)
 FILE = "file"  # (tag, source, path, status, counted_bytes, rows, transactions, seconds, note)
+# (tag, path, GTID source, first and last sequence number, first and last byte): transactions a binlog counted, for
+# the change log tasks to leave alone (see ``coverage``)
+COUNTED = "counted"
+LEFT = "left"  # (tag, path, binlog URI, lines, bytes): change log lines left to the binlog that counted their changes
 
 # What became of a file, in its FILE record. Rows and transactions are those of complete transactions only.
 COMPLETE = "complete"  # read to the end, which is the end a closed file has
@@ -62,7 +67,9 @@ class FileTally:
     __slots__ = (
         "columns",
         "counted_bytes",
+        "counted_spans",
         "hours",
+        "left_to_binlogs",
         "note",
         "path",
         "rows",
@@ -83,10 +90,20 @@ class FileTally:
         self.status = COMPLETE
         self.note: str | None = None
         self.counted_bytes: int | None = None  # None: the whole file (a reader that does not track positions)
+        self.counted_spans = CountedSpans()  # a binlog's counted transactions
+        self.left_to_binlogs: dict[str, list[int]] = {}  # a change log's: binlog URI -> [lines, bytes] it counted
 
     def end(self, status: str, note: str | None, counted_bytes: int | None) -> None:
         """How the file ended: a reader that counted only part of it says so here, with the bytes it accounts for."""
         self.status, self.note, self.counted_bytes = status, note, counted_bytes
+
+    def leave_to_binlog(self, binlog: str, line_bytes: int) -> None:
+        """A change log line whose change ``binlog`` counted: not counted here, its bytes not among those counted."""
+        left = self.left_to_binlogs.get(binlog)
+        if left is None:
+            left = self.left_to_binlogs[binlog] = [0, 0]
+        left[0] += 1
+        left[1] += line_bytes
 
     def add_row(self, schema: str, table: str, kind: int, timestamp: int) -> tuple[int, str, str]:
         """Counts one row change; returns its (hour, schema, table) key for the transaction's set of tables."""
@@ -147,3 +164,7 @@ class FileTally:
             yield (COLUMN, day, schema, table, column, changed, compared)
         for hour, (txs, rows) in self.hours.items():
             yield (HOURLY, hour, txs, rows)
+        for span in self.counted_spans.spans:
+            yield (COUNTED, self.path, *span)
+        for binlog, (lines, line_bytes) in self.left_to_binlogs.items():
+            yield (LEFT, self.path, binlog, lines, line_bytes)

@@ -124,8 +124,9 @@ class Command(BaseCommand):
             self.stderr.write(f"not counted: {line}")
         if problems:
             counted = len(report.files) - len(report.failed)
+            listed = len(report.files) + len(report.not_read)  # a file of a directory that was not read counts too
             raise CommandError(
-                f"{len(problems)} input(s) not counted in full ({counted} of {len(report.files)} files counted);"
+                f"{len(problems)} input(s) not counted in full ({counted} of {listed} files counted);"
                 f" the report is {location.child(f'run-{report.run}.json')}",
                 returncode=2,
             )

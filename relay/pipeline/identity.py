@@ -1,0 +1,46 @@
+"""Which input files are one file: a byte-identical copy under another name (binlog.000002 and
+binlog-copy.000002), or the same file reached through two paths (a symbolic link, a bind mount, two URIs of one
+store). Counting both would count every change in it twice.
+
+A file's identity is its content. Names cannot tell (a copy is renamed), nor can a binlog's first events: a server
+that flushes its binlogs twice within a second writes two files that begin with the same format description and
+the same GTID list, and the second may then hold transactions the first does not. So files are compared by size
+first, which reads nothing; files of the same size by a digest of their first ``HEAD_BYTES``; and only files equal
+that far by a digest of all their bytes, which reads them once more than the decode does. Different binlogs of an
+archive seldom have the same size, so in practice only real copies and small files are read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+# Bytes compared before whole files are: enough to cover a binlog's header events and its first transactions.
+HEAD_BYTES = 1 << 16
+
+# digest(uri, limit): a digest of the file's first ``limit`` bytes, or of all of them when ``limit`` is None.
+Digest = Callable[[str, int | None], bytes]
+
+
+def find_copies(files: Iterable[tuple[str, int]], digest: Digest) -> dict[str, str]:
+    """Copy URI -> the URI of the first file of ``files`` (in their order) with the same bytes."""
+    by_size: dict[int, list[str]] = {}
+    for uri, size in files:
+        by_size.setdefault(size, []).append(uri)
+    copies: dict[str, str] = {}
+    for size, uris in by_size.items():
+        if len(uris) < 2:
+            continue
+        for same_head in _groups(uris, lambda uri: digest(uri, HEAD_BYTES)):
+            # A file no longer than the head was digested whole already.
+            groups = [same_head] if size <= HEAD_BYTES else _groups(same_head, lambda uri: digest(uri, None))
+            for original, *others in groups:
+                copies.update((other, original) for other in others)
+    return copies
+
+
+def _groups(uris: list[str], key: Callable[[str], bytes]) -> list[list[str]]:
+    """``uris`` grouped by ``key``, in their order; a group of one needs no further reading."""
+    groups: dict[bytes, list[str]] = {}
+    for uri in uris:
+        groups.setdefault(key(uri), []).append(uri)
+    return [group for group in groups.values() if len(group) > 1]
