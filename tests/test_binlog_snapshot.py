@@ -188,16 +188,21 @@ def _ddl_reader(server: MariaDB, schema: str, method: str) -> ChunkReader:
     return ChunkReader(args, method, SignalTable(schema, "signal") if method == WATERMARK else None)
 
 
+def _latin1_table(server: MariaDB, schema: str, rows: int) -> None:
+    """Table ``t``: a key, a latin1 text ('café1', 'café2'...) and a number, ``rows`` rows."""
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET latin1, n INT)",
+        f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('café', seq), seq FROM seq_1_to_{int(rows)}",
+        database=schema,
+    )
+
+
 @pytest.mark.parametrize("method", [CONSISTENT, WATERMARK])
 def test_a_chunk_after_a_ddl_is_read_in_the_tables_new_layout(fresh_schema: tuple[MariaDB, str], method: str) -> None:
     """A DDL between two chunks: the next read with the old plan is refused with the new plan (never rows decoded by
     the old one: latin1 bytes of a column now utf8mb4 would be mojibake), and the new plan reads the rows exactly."""
     server, schema = fresh_schema
-    server.execute(
-        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET latin1, n INT)",
-        f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('café', seq), seq FROM seq_1_to_100",
-        database=schema,
-    )
+    _latin1_table(server, schema, 100)
     reader = _ddl_reader(server, schema, method)
     try:
         plan = reader.plan(schema, "t")
@@ -244,11 +249,7 @@ def test_a_ddl_between_the_snapshots_start_and_its_select_is_told_as_the_tables_
     comes between them): the chunk would be read in a layout the stream only has after that position. It is
     reported as the table's change, with its new plan, never as rows or as "reading the table failed"."""
     server, schema = fresh_schema
-    server.execute(
-        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET latin1, n INT)",
-        f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('café', seq), seq FROM seq_1_to_10",
-        database=schema,
-    )
+    _latin1_table(server, schema, 10)
     reader = _ddl_reader(server, schema, CONSISTENT)
     try:
         plan = reader.plan(schema, "t")
