@@ -7,7 +7,7 @@ from binlog import Position, RowChange, Transaction
 from binlog.table import ColumnInfo, TableInfo
 from devtools.wait import wait_for
 from relay import store
-from relay.models import Change, Filter, QueueEntry, QueueState, WorkerStatus
+from relay.models import Change, Filter, QueueEntry, QueueState, UsageMinute, WorkerStatus
 from relay.store import rowcodec
 from relay.worker.ingest import Ingestor
 
@@ -291,3 +291,16 @@ def test_a_notice_too_long_for_postgresql_names_every_client() -> None:
     assert len(",".join(map(str, many))) > MAX_NOTICE
     assert queue_notice(many) == "" and notice_clients("") is None  # every waiter wakes
     assert notice_clients("3,x") is None  # a payload it cannot read wakes everyone too
+
+
+def test_usage_minutes_are_of_this_hosts_clock_when_the_source_is_skewed() -> None:
+    """The 1 h and 24 h windows are read against this host's clock: a source 15 minutes ahead must not put its
+    changes 15 minutes into the future (nor one behind, into the past)."""
+    WorkerStatus.objects.get_or_create(source="src")
+    ingestor = Ingestor("src")
+    ingestor.clock_offset = 900
+    with transaction.atomic():
+        ingestor.apply(batch(range(1, 4)))  # changes at 1_700_000_000 by the source's clock
+    minutes = list(UsageMinute.objects.filter(table_name="orders").values_list("minute", "inserts"))
+    here = 1_700_000_000 - 900
+    assert minutes == [(here - here % 60, 3)]

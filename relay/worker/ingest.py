@@ -119,6 +119,8 @@ class Ingestor:
         # The source's schema history (binlog.schemahistory), when the worker follows DDL: the versions its DDL made
         # are written with the checkpoint of their batch.
         self.history: SchemaHistory | None = None
+        # The source's clock minus this host's, whole seconds, when it matters (runner._measure_source_clock).
+        self.clock_offset = 0
 
     def refresh_filters(self) -> bool:
         """Reloads the filter index if a filter was written since it was loaded; True if it was.
@@ -152,7 +154,7 @@ class Ingestor:
         queues = self._queues_for(changes, refresh_filters)
         stored: list[int] = []  # indexes into ``changes`` of the changes some queue keeps
         by_filter: Counter[int] = Counter()  # entries dropped, by the filter whose limit and policy dropped them
-        usage = UsageTally()
+        usage = UsageTally(self.clock_offset)
         match = self.index.match
         # Routed a run at a time: consecutive changes of one table and kind have the same subscriptions, so each
         # client takes a prefix of the run (all of it, or what its limit leaves room for under ignore-newest) as one

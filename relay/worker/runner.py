@@ -289,9 +289,11 @@ class Worker:
             self._set_status(WorkerStatus.State.STOPPED)
             log.info("stopped cleanly")
             return EXIT_OK
-        self._measure_source_clock()
+        offset = self._measure_source_clock()
         log.info("starting at %s", start)
         ingestor = Ingestor(self.source)
+        if offset is not None and abs(offset) > CLOCK_WARNING_SECONDS:
+            ingestor.clock_offset = round(offset)  # the usage windows' minutes are this host's
         settings = source_settings(self.config)
         # Column names of their own time: the schema history follows the stream's DDL (relay/store/schemahistory.py)
         ingestor.history = open_history(
@@ -419,13 +421,13 @@ class Worker:
                 f"--from {start.file}:{start.pos}: outside {start.file}, whose events run from 4 to {sizes[start.file]}"
             )
 
-    def _measure_source_clock(self) -> None:
+    def _measure_source_clock(self) -> float | None:
         """The source's clock against this host's, stored for the health rule: binlog timestamps are the source's
         time, so a skew would read as lag (or hide it). Unmeasured when the source cannot be asked; the rule then
         takes the clocks as equal."""
         offset = self._ask_source(_clock_offset)
         if offset is None:
-            return
+            return None
         if abs(offset) > CLOCK_WARNING_SECONDS:
             log.warning(
                 "the source's clock is %.1f s %s this host's: lag and queue ages are corrected by it; synchronise the "
@@ -434,6 +436,7 @@ class Worker:
                 "ahead of" if offset > 0 else "behind",
             )
         WorkerStatus.objects.filter(source=self.source).update(clock_offset_seconds=offset)
+        return offset
 
     def _what_the_source_has(self, file: str) -> str:
         """Where a missing binlog file stands among those the source has: purged (older than its oldest) or never

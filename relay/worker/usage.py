@@ -23,7 +23,10 @@ KIND_COLUMN = {kind: index for index, kind in enumerate(KIND_ORDER)}  # the inde
 class UsageTally:
     """Counts of one batch, written with one upsert per table and per (table, minute)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock_offset: int = 0) -> None:
+        """``clock_offset``: the source's clock minus this host's, whole seconds. The buckets are of this host's time,
+        which the rolling windows are read against, so a skewed source clock does not shift them."""
+        self.clock_offset = clock_offset
         self.tables: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
         self.minutes: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
 
@@ -31,6 +34,8 @@ class UsageTally:
         """Counts changes of one table and kind (a run of the batch's changes), by their source timestamps."""
         if not timestamps:
             return
+        if self.clock_offset:
+            timestamps = [timestamp - self.clock_offset for timestamp in timestamps]
         column = KIND_COLUMN[kind]
         counts = self.tables[(schema, table)]
         counts[column] += len(timestamps)
