@@ -41,7 +41,9 @@ def _fill(server: MariaDB, schema: str, rows: int = ROWS) -> None:
 
 class Writer(threading.Thread):
     """Updates, deletes and inserts rows of the table until stopped, in one-row and few-row transactions; half of
-    the operations aim just above the snapshot's last key, at the chunk being read."""
+    the operations aim just above the snapshot's last key, at the chunk being read. One transaction in five is an XA
+    transaction, prepared, then committed a moment later (one in four of those rolled back): its rows come with the
+    commit, which may fall between a chunk's read and its point."""
 
     def __init__(self, server: MariaDB, schema: str, snapshot_id: int, seed: int) -> None:
         super().__init__(daemon=True)
@@ -64,6 +66,9 @@ class Writer(threading.Thread):
             conn = self.server.connect(self.schema, autocommit=False)
             with conn.cursor() as cursor:
                 while not self.halt.is_set():
+                    xid = f"w{self.operations}" if self.random.random() < 0.2 else ""
+                    if xid:
+                        cursor.execute(f"XA START '{xid}'")
                     for _ in range(self.random.choice((1, 1, 1, 3))):
                         key = self._pick()
                         action = self.random.random()
@@ -81,7 +86,14 @@ class Writer(threading.Thread):
                                 "INSERT IGNORE INTO t VALUES (%s, %s, 1, NOW(3), NULL)", (key, f"i{self.operations}")
                             )
                         self.operations += 1
-                    conn.commit()
+                    if xid:
+                        cursor.execute(f"XA END '{xid}'")
+                        cursor.execute(f"XA PREPARE '{xid}'")
+                        time.sleep(self.random.random() * 0.005)
+                        ending = "ROLLBACK" if self.random.random() < 0.25 else "COMMIT"
+                        cursor.execute(f"XA {ending} '{xid}'")
+                    else:
+                        conn.commit()
                     if self.rotate_every and self.operations % self.rotate_every < 3:
                         cursor.execute("FLUSH BINARY LOGS")  # the snapshot's positions cross binlog files
                     time.sleep(self.random.random() * 0.002)

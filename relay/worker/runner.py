@@ -641,6 +641,7 @@ class Worker:
                 part = restart.part
 
     def _flush(self, ingestor: Ingestor, batch: list[Transaction]) -> None:
+        xa.release(self.source, batch)  # an XA COMMIT's rows are those its prepare held: before anything reads them
         # A snapshot's chunk due in this batch goes between the transactions before its point and those after it,
         # and its progress commits with them (relay/worker/snapshots.py).
         items, placed = (
@@ -651,7 +652,7 @@ class Worker:
         # The status report rides in the batch's transaction (one WorkerStatus write, one commit, one WAL flush).
         started = time.monotonic()
         with transaction.atomic():
-            xa.settle(self.source, batch)  # before routing: an XA COMMIT's rows are those its prepare held
+            xa.record(self.source, batch)
             SnapshotCoordinator.record(placed)
             ingestor.apply(items, status=self._progress(batch[-1]))
             self._sample()
