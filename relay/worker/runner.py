@@ -79,7 +79,9 @@ class WorkerOptions:
 def _clock_offset(conn: ReplicationConnection) -> float:
     """The source's clock minus this host's, seconds (this host's time taken halfway through the query)."""
     before = time.time()
-    rows = conn.query("SELECT UNIX_TIMESTAMP(NOW(6))")
+    # @@timestamp is the server's clock as seconds since the epoch: NOW() would go through the session's time zone,
+    # an hour off during a DST change's repeated hour.
+    rows = conn.query("SELECT @@timestamp")
     after = time.time()
     return float(rows[0][0]) - (before + after) / 2
 
@@ -131,6 +133,7 @@ _SOURCE_UNREACHABLE = (ConnectionLostError, OSError, pymysql.err.OperationalErro
 STORE_RETRY_MAX_SECONDS = 30.0
 #: A skew between the source's clock and this host's that is worth a warning (smaller ones are the query's own time).
 CLOCK_WARNING_SECONDS = 2.0
+CLOCK_MEASURE_SECONDS = 600.0
 #: PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
 LOCK_NOT_AVAILABLE = "55P03"
 
@@ -161,6 +164,8 @@ class Worker:
         self._standby_reported = 0.0
         self._last_item_at = 0.0  # when the reader last received anything (a heartbeat at least) from the source
         self._reported_reconnects = 0
+        self._clock_measured = 0.0  # monotonic time of the last measure of the source's clock
+        self._clock_warned: float | None = None  # the offset last warned about
         self._sampler = Sampler(self.source)
         # Reported by the schema history in the reader thread (list.append is atomic); written with the next report.
         self._schema_problems: list[str] = []
@@ -289,11 +294,9 @@ class Worker:
             self._set_status(WorkerStatus.State.STOPPED)
             log.info("stopped cleanly")
             return EXIT_OK
-        offset = self._measure_source_clock()
         log.info("starting at %s", start)
         ingestor = Ingestor(self.source)
-        if offset is not None and abs(offset) > CLOCK_WARNING_SECONDS:
-            ingestor.clock_offset = round(offset)  # the usage windows' minutes are this host's
+        self._measure_source_clock(ingestor)
         settings = source_settings(self.config)
         # Column names of their own time: the schema history follows the stream's DDL (relay/store/schemahistory.py)
         ingestor.history = open_history(
@@ -421,14 +424,19 @@ class Worker:
                 f"--from {start.file}:{start.pos}: outside {start.file}, whose events run from 4 to {sizes[start.file]}"
             )
 
-    def _measure_source_clock(self) -> float | None:
-        """The source's clock against this host's, stored for the health rule: binlog timestamps are the source's
-        time, so a skew would read as lag (or hide it). Unmeasured when the source cannot be asked; the rule then
-        takes the clocks as equal."""
+    def _measure_source_clock(self, ingestor: Ingestor) -> None:
+        """The source's clock against this host's, stored for the health rule (binlog timestamps are the source's
+        time, so a skew would read as lag, or hide it) and given to the usage tally; measured when the worker becomes
+        active and every CLOCK_MEASURE_SECONDS after (clocks drift, NTP steps them). Kept as it was when the source
+        cannot be asked."""
+        self._clock_measured = time.monotonic()
         offset = self._ask_source(_clock_offset)
         if offset is None:
-            return None
-        if abs(offset) > CLOCK_WARNING_SECONDS:
+            return
+        ingestor.clock_offset = round(offset) if abs(offset) > CLOCK_WARNING_SECONDS else 0
+        warned = self._clock_warned
+        if abs(offset) > CLOCK_WARNING_SECONDS and (warned is None or abs(offset - warned) > CLOCK_WARNING_SECONDS):
+            self._clock_warned = offset
             log.warning(
                 "the source's clock is %.1f s %s this host's: lag and queue ages are corrected by it; synchronise the "
                 "clocks (NTP)",
@@ -436,7 +444,6 @@ class Worker:
                 "ahead of" if offset > 0 else "behind",
             )
         WorkerStatus.objects.filter(source=self.source).update(clock_offset_seconds=offset)
-        return offset
 
     def _what_the_source_has(self, file: str) -> str:
         """Where a missing binlog file stands among those the source has: purged (older than its oldest) or never
@@ -559,6 +566,8 @@ class Worker:
                 now = time.monotonic()
                 if should_stop():
                     break
+                if now - self._clock_measured >= CLOCK_MEASURE_SECONDS and not pending:
+                    self._measure_source_clock(ingestor)
                 wait = batch_seconds - (now - first_at) if pending else 0.25
                 if self._snapshots is not None:
                     self._snapshots.tick()
