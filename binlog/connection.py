@@ -49,6 +49,7 @@ MAX_PACKET_LEN = 0xFFFFFF
 # missing privilege. The stream does not retry them (AccessDeniedError is neither a ConnectionLostError nor a
 # ServerError), so a misconfigured relay stops at once instead of retrying forever.
 LOGIN_REFUSED = frozenset({1044, 1045, 1130, 1698})  # DBACCESS_DENIED, ACCESS_DENIED, HOST_NOT_PRIVILEGED, NO_PASSWORD
+ER_ERROR_WHEN_EXECUTING_COMMAND = 1220  # SHOW BINLOG EVENTS: "Wrong offset or I/O error"
 PRIVILEGE_MISSING = 1227  # ER_SPECIFIC_ACCESS_DENIED_ERROR: "you need (at least one of) the X privilege(s)"
 _NEEDED = re.compile(r"the (?P<privileges>[A-Z ,_]+?) privilege")
 #: Error 1236's messages that mean the source no longer has what was asked for (MariaDB's and MySQL's wordings): a
@@ -150,6 +151,21 @@ class ReplicationConnection:
                 return None
             raise
         return [(_text(row[0]), int(row[1])) for row in rows]
+
+    def event_at(self, file: str, pos: int) -> str | None:
+        """The type of the event that starts at ``file:pos`` as SHOW BINLOG EVENTS names it ("Gtid", "Table_map"...);
+        "" when no event starts there (the source says "Wrong offset"), None at the file's end or when the user may
+        not ask."""
+        try:
+            rows = self.query(f"SHOW BINLOG EVENTS IN %s FROM {int(pos)} LIMIT 1", file)
+        except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else 0
+            if code == ER_ERROR_WHEN_EXECUTING_COMMAND and "offset" in _server_text(exc).lower():
+                return ""
+            if code in (PRIVILEGE_MISSING, *LOGIN_REFUSED):
+                return None
+            raise
+        return _text(rows[0][2]) if rows else None
 
     def current_position(self) -> Position:
         """The source's current end of binlog (and, where available, its GTID state there)."""

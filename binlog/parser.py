@@ -174,6 +174,9 @@ class EventDecoder:
         #: A transaction's start (a GTID event, BEGIN) was read: before it, a TABLE_MAP means the reading began inside
         #: a transaction, whose rows after that point are not the whole of it.
         self._group_started = False
+        #: An event of the binlog itself (not the source's artificial ROTATE or the file's FORMAT_DESCRIPTION it sends
+        #: first) has been read whole: the start position was an event's start.
+        self._past_start = False
         self.last_timestamp = 0
         self.events = 0
         self._reset_transaction()
@@ -308,7 +311,18 @@ class EventDecoder:
                 if not intact:
                     expected = _CRC.unpack_from(event, end)[0]
                     actual = zlib.crc32(memoryview(event)[:end])
+                    if not self._past_start and event_type != FORMAT_DESCRIPTION_EVENT and self._committed.pos > 4:
+                        # The first event read at a start position inside a file: bytes from the middle of an event
+                        # read as one (the source sends them as they are) fail here, not as a damaged binlog.
+                        raise UnreadablePositionError(
+                            self._committed.file,
+                            self._committed.pos,
+                            f"no event starts there (the bytes read as one fail their checksum: {expected:#010x} "
+                            f"against {actual:#010x}), or the binlog is damaged there",
+                        )
                     raise ChecksumError(self.file, log_pos - size if log_pos >= size else self.pos, expected, actual)
+        if not self._past_start and log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and fde is None:
+            self._past_start = True
         if timestamp:
             self.last_timestamp = timestamp
         if event_type in ROWS_EVENTS:

@@ -19,6 +19,7 @@ from binlog import (
     BinlogStream,
     Position,
     PurgedPositionError,
+    UnreadablePositionError,
     read_binlog_files,
 )
 from tests.helpers.mariadb import MariaDB, drain, free_tcp_port, new_schema, settings_for
@@ -308,3 +309,19 @@ def test_an_xa_prepare_or_rollback_is_a_transaction_of_its_time_not_a_heartbeat(
         seen = [(t.xa, t.is_heartbeat, stream.lag_seconds) for t in stream if t.xa]
     assert [(xa, heartbeat) for xa, heartbeat, _ in seen] == [("prepare", False), ("rollback", False)]
     assert all(lag > 590 for *_, lag in seen), seen
+
+
+def test_a_start_where_no_event_starts_or_inside_a_transaction_is_named_so(mariadb: MariaDB) -> None:
+    """What the stream says when it is asked to start at a bad place (the worker refuses such a --from first when the
+    source lets it list events; this is the stream's own guard): never a damaged binlog, never half a transaction as
+    a whole one."""
+    schema = new_schema(mariadb)
+    mariadb.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    file, before = mariadb.binlog_position()
+    mariadb.execute("BEGIN", f"INSERT INTO `{schema}`.t VALUES (1)", f"INSERT INTO `{schema}`.t VALUES (2)", "COMMIT")
+    events = mariadb.query(f"SHOW BINLOG EVENTS IN '{file}' FROM {before}")
+    second_map = [row[1] for row in events if row[2] == "Table_map"][1]
+    for pos, reason in ((before + 7, r"no event starts there|source error 1236"), (second_map, "inside a transaction")):
+        with pytest.raises(UnreadablePositionError, match=reason) as raised:
+            drain(mariadb, Position(file, pos))
+        assert f"cannot read the binlog from {file}:{pos}" in str(raised.value)

@@ -134,6 +134,18 @@ STORE_RETRY_MAX_SECONDS = 30.0
 #: A skew between the source's clock and this host's that is worth a warning (smaller ones are the query's own time).
 CLOCK_WARNING_SECONDS = 2.0
 CLOCK_MEASURE_SECONDS = 600.0
+#: Events (as SHOW BINLOG EVENTS names them) that only come inside a transaction, after its start.
+_INSIDE_A_TRANSACTION = (
+    "Table_map",
+    "Write_rows",
+    "Update_rows",
+    "Delete_rows",
+    "Partial_update_rows",
+    "Annotate_rows",
+    "Rows_query",
+    "Xid",
+    "XA_prepare",
+)
 #: PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
 LOCK_NOT_AVAILABLE = "55P03"
 
@@ -366,7 +378,7 @@ class Worker:
         checkpoint = self._checkpoint()
         if self.options.start is not None and not self._explicit_start_stored:
             if checkpoint == self._checkpoint_at_launch:
-                self._check_explicit_start(self.options.start)
+                self._check_start(self.options.start, "--from")
                 self._store_start(self.options.start, "--from")
                 self._explicit_start_stored = True
                 return self.options.start
@@ -379,6 +391,7 @@ class Worker:
         if self.config.source.start_from:
             file, pos = self.config.source.start_from
             chosen, why = Position(file, pos), "[Server] StartFrom"
+            self._check_start(chosen, why)
         elif self.config.source.start_gtid:
             chosen, why = Position("", 4, self.config.source.start_gtid), "[Server] StartGTID"
         else:
@@ -405,9 +418,11 @@ class Worker:
         """The source's binlogs and their sizes, oldest first."""
         return self._ask_source(ReplicationConnection.binary_logs)
 
-    def _check_explicit_start(self, start: Position) -> None:
-        """Refuses a --from FILE:POS the source does not have, before it becomes the checkpoint (a later start without
-        --from would otherwise fail the same way). Unchecked when the source's binlogs cannot be listed."""
+    def _check_start(self, start: Position, origin: str) -> None:
+        """Refuses a chosen FILE:POS (``origin``: --from, StartFrom) the source cannot start from, before it becomes
+        the checkpoint (every later start would otherwise fail the same way): a file it does not have, a position past
+        the file's end, one where no event starts, one inside a transaction. What the source will not tell (the user
+        may not list its binlogs or events) is left to the stream, which stops there with the reason."""
         if not start.file:
             return  # --from-gtid: the source itself says whether it has that GTID
         logs = self._binary_logs()
@@ -416,12 +431,25 @@ class Worker:
         sizes = dict(logs)
         if start.file not in sizes:
             raise BinlogError(
-                f"--from {start.file}:{start.pos}: the source has no binlog {start.file} (it has {logs[0][0]} to "
+                f"{origin} {start.file}:{start.pos}: the source has no binlog {start.file} (it has {logs[0][0]} to "
                 f"{logs[-1][0]})"
             )
         if not 4 <= start.pos <= sizes[start.file]:
             raise BinlogError(
-                f"--from {start.file}:{start.pos}: outside {start.file}, whose events run from 4 to {sizes[start.file]}"
+                f"{origin} {start.file}:{start.pos}: outside {start.file}, whose events run from 4 to "
+                f"{sizes[start.file]}"
+            )
+        event = self._ask_source(lambda conn: conn.event_at(start.file, start.pos))
+        if event == "":
+            raise BinlogError(
+                f"{origin} {start.file}:{start.pos}: no event starts there (the source says so); give an event's start "
+                "(SHOW BINLOG EVENTS lists them)"
+            )
+        if event is not None and event.startswith(_INSIDE_A_TRANSACTION):
+            raise BinlogError(
+                f"{origin} {start.file}:{start.pos}: the event there ({event}) is inside a transaction, whose rows "
+                "from there on are not the whole of it; start at the transaction's GTID event or BEGIN, or after its "
+                "commit"
             )
 
     def _measure_source_clock(self, ingestor: Ingestor) -> None:
