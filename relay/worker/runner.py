@@ -86,6 +86,20 @@ def _clock_offset(conn: ReplicationConnection) -> float:
     return float(rows[0][0]) - (before + after) / 2
 
 
+def _where_among(file: str, logs: list[tuple[str, int]]) -> str:
+    """Where a binlog file the source lacks stands among those it has (``logs``, oldest first): purged (older than
+    the oldest) or never written there (newer than the newest, or of another name: another source's file, or the
+    source's binlog was reset)."""
+    oldest, newest = logs[0][0], logs[-1][0]
+    (base, number), (newest_base, newest_number) = _binlog_order(file), _binlog_order(newest)
+    if base != newest_base or number > newest_number:
+        return (
+            f" The source's binlogs run from {oldest} to {newest}: {file} is not of that sequence or newer than all of "
+            "them, so it was never written there (a file of another source, or the source's binlog was reset)."
+        )
+    return f" The source's binlogs run from {oldest} to {newest}: {file} was purged."
+
+
 def _binlog_order(name: str) -> tuple[str, int]:
     """A binlog file's place in its sequence: its base name, then its number (binlog.000010 after binlog.000009, and
     after binlog.999999 comes binlog.1000000)."""
@@ -431,8 +445,8 @@ class Worker:
         sizes = dict(logs)
         if start.file not in sizes:
             raise BinlogError(
-                f"{origin} {start.file}:{start.pos}: the source has no binlog {start.file} (it has {logs[0][0]} to "
-                f"{logs[-1][0]})"
+                f"{origin} {start.file}:{start.pos}: the source has no binlog {start.file}."
+                + _where_among(start.file, logs)
             )
         if not 4 <= start.pos <= sizes[start.file]:
             raise BinlogError(
@@ -477,17 +491,7 @@ class Worker:
         """Where a missing binlog file stands among those the source has: purged (older than its oldest) or never
         written there (newer than its newest: another source's file, or the source's binlog was reset)."""
         logs = self._binary_logs()
-        if not file or not logs:
-            return ""
-        oldest, newest = logs[0][0], logs[-1][0]
-        (base, number), (newest_base, newest_number) = _binlog_order(file), _binlog_order(newest)
-        if base != newest_base or number > newest_number:
-            return (
-                f" The source's binlogs run from {oldest} to {newest}: {file} is not of that sequence or newer than "
-                f"all of them, so it was never written there (a file of another source, or the source's binlog was "
-                f"reset)."
-            )
-        return f" The source's binlogs run from {oldest} to {newest}: {file} was purged."
+        return _where_among(file, logs) if file and logs else ""
 
     def _store_start(self, position: Position, why: str) -> None:
         write_checkpoint(self.source, position)
