@@ -179,7 +179,9 @@ class MariaDB:
 
     # -- SQL -------------------------------------------------------------------------------------------------------
 
-    def connect(self, database: str | None = None, *, autocommit: bool = True, **kwargs: Any) -> pymysql.Connection:
+    def connect(
+        self, database: str | None = None, *, autocommit: bool = True, charset: str = "utf8mb4", **kwargs: Any
+    ) -> pymysql.Connection:
         return pymysql.connect(
             host=self.host,
             port=self.port,
@@ -187,7 +189,7 @@ class MariaDB:
             password="",
             database=database,
             autocommit=autocommit,
-            charset="utf8mb4",
+            charset=charset,
             connect_timeout=5,
             **kwargs,
         )

@@ -241,15 +241,7 @@ def _history_from_now(server: MariaDB, schema: str, problems: list[str]) -> tupl
 
 def latin1_connection(server: MariaDB, database: str | None = None) -> pymysql.Connection:
     """A session in latin1 (SET NAMES latin1, as legacy PHP applications send their statements)."""
-    return pymysql.connect(
-        host=server.host,
-        port=server.port,
-        user="root",
-        password="",
-        database=database,
-        charset="latin1",
-        autocommit=True,
-    )
+    return server.connect(database, charset="latin1")
 
 
 def test_labels_and_names_of_ddl_in_the_stream_are_the_servers(mariadb_no_metadata: MariaDB) -> None:
