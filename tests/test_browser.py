@@ -15,7 +15,6 @@ import os
 import queue
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -232,8 +231,9 @@ def browser():
 
 @pytest.fixture
 def screenshots() -> Path:
+    """Where the screenshots go: RELAY_SCREENSHOT_DIR to keep them, else the run's scratch folder."""
     folder = os.environ.get("RELAY_SCREENSHOT_DIR")
-    path = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="relay-screenshots-"))
+    path = Path(folder) if folder else scratch_dir("relay-screenshots-")
     path.mkdir(parents=True, exist_ok=True)
     print(f"screenshots in {path}")
     return path
