@@ -92,8 +92,8 @@ _POLLS = frozenset((_POLL, _POLLV2))
 _MASK32 = 0xFFFFFFFF
 
 #: Commands whose payload the protocol ignores. The original read such payloads whatever their size, and its PHP
-#: client's POLL carries the previous reply as its payload (it never clears it): past MAX_PAYLOAD, a session's payload
-#: of these is summed for the checksum as it streams in and dropped, never kept.
+#: client's POLL carries the previous reply as its payload (it never clears it): a session's payload of these, of any
+#: size, is summed for the checksum as it streams in and dropped, never kept.
 _PAYLOAD_IGNORED = frozenset((_POLL, _POLLV2, int(Command.PING)))
 
 
@@ -174,7 +174,7 @@ class Connection(asyncio.Protocol):
         self._eof = False
         self._lost = False
         self._finished = False
-        #: A request of this session whose ignored payload (over MAX_PAYLOAD) is being read past.
+        #: A request of this session whose ignored payload is being read past.
         self._ignoring: _IgnoredPayload | None = None
 
     # -- transport callbacks --------------------------------------------------------------------------------------
@@ -300,7 +300,7 @@ class Connection(asyncio.Protocol):
                     continue
             # Before AUTH only small payloads are read: unauthenticated connections cost a few KiB each.
             limit = MAX_PAYLOAD if session is not None else MAX_UNAUTHENTICATED_PAYLOAD
-            if size > limit and session is not None and command in _PAYLOAD_IGNORED:
+            if size and session is not None and command in _PAYLOAD_IGNORED:
                 at += REQUEST_HEADER_SIZE
                 self._ignoring = _IgnoredPayload(RequestHeader._make(fields))
                 continue

@@ -69,9 +69,10 @@ def render_metrics() -> str:
     """The exposition; its reads are bounded in time as the health check's are: a store that does not answer within
     ``RELAY_HEALTH_STORE_TIMEOUT`` gives ``relay_healthy 0`` with the reason, not a scrape that hangs."""
     now = timezone.now()
+    verdict = health.check()  # bounded on its own
     try:
         with health.bounded_reads():
-            return _exposition(now, health.check())
+            return _exposition(now, verdict)
     except OperationalError as exc:
         return _exposition(now, health.Health(now, [health.store_too_slow(exc)]))
 
