@@ -5,6 +5,7 @@ worker is killed with -9 in the middle."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -758,3 +759,95 @@ def test_a_table_rebuilt_during_a_chunks_read_is_read_again() -> None:
         assert coordinator._job is job and not coordinator._finishing and job.not_before > time.monotonic()
     finally:
         coordinator.close()
+
+
+def _end_markers_of_runs(coordinator: Any, applied: Any, runs: int) -> list[tuple[Any, ...]]:
+    """The worker's loop, ``runs`` times over an idle stream: tick (with a look at the store each time), let the
+    reader thread finish, then queue what is due in the batch's store transaction. The end markers queued, in order."""
+    from django.db import transaction
+
+    from relay.worker.snapshots import SnapshotCoordinator
+
+    ends = []
+    for _ in range(runs):
+        coordinator._checked = 0.0
+        coordinator.tick()
+        if coordinator._inflight is not None:
+            with contextlib.suppress(Exception):
+                coordinator._inflight.result(timeout=10)
+        out, placed = coordinator.arrange([], applied)
+        with transaction.atomic():
+            SnapshotCoordinator.record(placed)
+        ends += [c.after for tx in out for c in tx.changes if c.kind == KIND_SNAPSHOT_END]
+    return ends
+
+
+def test_a_failed_snapshot_gets_one_end_marker_though_the_store_is_looked_at_before_it_is_queued() -> None:
+    """The failure is found in one batch and written (state and end marker) in the next; a look at the store in
+    between still sees the snapshot active. It is not taken up again (it would fail again, with a second marker)."""
+    from binlog.position import Position
+    from binlog.snapshot import CONSISTENT, SnapshotError, TablePlan
+    from relay.config import SnapshotConfig
+    from relay.worker.snapshots import SnapshotCoordinator, _Job
+
+    subscribe("copy", 7, "shop", "*")
+    client = Client.objects.get(name="copy")
+    (snapshot,) = request_snapshots(client, [("shop", "orders")])
+    Snapshot.objects.filter(id=snapshot.id).update(state=Snapshot.State.RUNNING, rows_done=100, chunks_done=1)
+    gone = "shop.orders changed during the snapshot (it was renamed or dropped); ask for it again"
+    planned = []
+
+    class GoneTable:
+        def plan(self, schema: str, table: str) -> None:
+            planned.append((schema, table))
+            raise SnapshotError(gone)
+
+        def close(self) -> None:
+            pass
+
+    coordinator = SnapshotCoordinator({}, SnapshotConfig(method=CONSISTENT), lambda: "")
+    try:
+        coordinator.reader = GoneTable()  # type: ignore[assignment]
+        plan = TablePlan("shop", "orders", (), ("id",), (0,), "InnoDB", None)
+        job = coordinator._job = _Job(snapshot.id, client.id, "shop", "orders", "", ("100",), first=False, plan=plan)
+        coordinator._read_failed(job, SnapshotError(gone))
+        ends = _end_markers_of_runs(coordinator, Position("mysql-bin.000007", 4_000), runs=4)
+    finally:
+        coordinator.close()
+    assert ends == [(str(snapshot.id), "100", "failed", gone)] and planned == []
+    snapshot.refresh_from_db()
+    assert (snapshot.state, snapshot.error) == (Snapshot.State.FAILED, gone)
+
+
+@pytest.mark.parametrize("meanwhile", ["cancelled", "failed", "deleted"])
+def test_a_failures_end_marker_says_what_the_store_holds_when_it_is_queued(meanwhile: str) -> None:
+    """Between the failure and the batch that writes it, the snapshot was cancelled (its marker says cancelled, with
+    the rows queued), had already ended (no second marker), or was deleted with its client (no marker)."""
+    from binlog.position import Position
+    from binlog.snapshot import CONSISTENT, SnapshotError
+    from relay.config import SnapshotConfig
+    from relay.store.snapshots import cancel_snapshots
+    from relay.worker.snapshots import SnapshotCoordinator, _Job
+
+    subscribe("copy", 7, "shop", "*")
+    client = Client.objects.get(name="copy")
+    (snapshot,) = request_snapshots(client, [("shop", "orders")])
+    Snapshot.objects.filter(id=snapshot.id).update(state=Snapshot.State.RUNNING, rows_done=100, chunks_done=1)
+    coordinator = SnapshotCoordinator({}, SnapshotConfig(method=CONSISTENT), lambda: "")
+    try:
+        coordinator._checked = time.monotonic() + 60  # no look at the store
+        job = _Job(snapshot.id, client.id, "shop", "orders", "", ("100",), first=False)
+        coordinator._read_failed(job, SnapshotError("reading the table failed: gone"))
+        if meanwhile == "cancelled":
+            assert cancel_snapshots([snapshot]) == 1
+        elif meanwhile == "failed":
+            Snapshot.objects.filter(id=snapshot.id).update(state=Snapshot.State.FAILED, error="earlier")
+        else:
+            Snapshot.objects.filter(id=snapshot.id).delete()
+        ends = _end_markers_of_runs(coordinator, Position("mysql-bin.000007", 4_000), runs=2)
+    finally:
+        coordinator.close()
+    expected = {"cancelled": [(str(snapshot.id), "100", "cancelled", None)], "failed": [], "deleted": []}
+    assert ends == expected[meanwhile]
+    stored = Snapshot.objects.filter(id=snapshot.id).values_list("state", "error").first()
+    assert stored == {"cancelled": ("cancelled", ""), "failed": ("failed", "earlier"), "deleted": None}[meanwhile]

@@ -238,7 +238,10 @@ class SnapshotCoordinator:
                     self._finishing.append((job, "cancelled", ""))
                 self._job = None
             return
-        snapshot = Snapshot.objects.filter(state__in=Snapshot.ACTIVE).order_by("id").first()
+        # A snapshot whose end marker waits for the next batch is still active in the store until that batch
+        # commits: picked again now, it would fail (or end) a second time, with a second end marker.
+        ending = [ended.snapshot_id for ended, _, _ in self._finishing]
+        snapshot = Snapshot.objects.filter(state__in=Snapshot.ACTIVE).exclude(id__in=ending).order_by("id").first()
         if snapshot is None:
             return
         self._job = _Job(
@@ -329,15 +332,14 @@ class SnapshotCoordinator:
         """
         out: list[Transaction] = []
         placed: list[_Placed] = []
-        if self._finishing:
-            changes: list[RowChange] = []
-            for ended, state, error in self._finishing:
-                done = Snapshot.objects.filter(id=ended.snapshot_id).values_list("rows_done", flat=True).first()
-                changes.append(self._end_marker(ended, applied, done or 0, state, error))
-                if state == "failed":
-                    placed.append(_Placed(ended, 0, ended.last_key, False, failure=error))
-            self._finishing.clear()
+        for ended, state, error in self._finishing:
+            done = Snapshot.objects.filter(id=ended.snapshot_id).values_list("rows_done", flat=True).first()
+            # Each end marker in a transaction of its own: record() may take a failure's marker back.
+            changes: list[RowChange] = [self._end_marker(ended, applied, done or 0, state, error)]
+            if state == "failed":
+                placed.append(_Placed(ended, 0, ended.last_key, False, changes, failure=error, at=applied))
             out.append(Transaction(changes, applied))
+        self._finishing.clear()
         job = self._job
         reading = job is not None and job.plan is not None and job.pending is not None and not job.pending.done()
         if self.method == CONSISTENT and reading:
@@ -596,9 +598,12 @@ class SnapshotCoordinator:
         for item in placed:
             job = item.job
             if item.failure:
-                Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(
+                # The end marker goes with the state it reports: a snapshot cancelled (or ended) meanwhile keeps
+                # the store's state, and its marker says that or is not queued.
+                if not Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(
                     state=Snapshot.State.FAILED, error=item.failure[:4000], finished=now, updated=now
-                )
+                ):
+                    SnapshotCoordinator._withdraw(item, "its failure")
                 continue
             fields: dict[str, Any] = {
                 "last_key": encode_key(item.last_key) if item.last_key is not None else "",
@@ -614,7 +619,7 @@ class SnapshotCoordinator:
             # batch commits: a cancel committed before it finds no active row here, and one that comes after waits
             # for this transaction and then sees the chunk counted. So the rows queued are the rows counted.
             if not Snapshot.objects.filter(id=job.snapshot_id, state__in=Snapshot.ACTIVE).update(**fields):
-                SnapshotCoordinator._withdraw(item)
+                SnapshotCoordinator._withdraw(item, "its chunk")
                 continue
             if item.done:
                 total = Snapshot.objects.filter(id=job.snapshot_id).values_list("rows_done", flat=True).first()
@@ -624,18 +629,19 @@ class SnapshotCoordinator:
                 log.info("snapshot #%s of %s.%s done: %s rows", job.snapshot_id, job.schema, job.table, total)
 
     @staticmethod
-    def _withdraw(item: _Placed) -> None:
-        """The chunk's snapshot was cancelled (or deleted with its client) before the chunk could be queued: none of
-        its rows are, and the cancelled snapshot's end marker takes their place, with the rows queued before."""
+    def _withdraw(item: _Placed, what: str) -> None:
+        """The snapshot was cancelled (or deleted with its client, or had already ended) before ``what`` (its chunk,
+        or its failure's end marker) could be queued: none of it is, and a cancelled snapshot's end marker takes its
+        place, with the rows queued before."""
         job = item.job
         job.withdrawn = True
         stored = Snapshot.objects.filter(id=job.snapshot_id).values_list("state", "chunks_done", "rows_done").first()
         item.changes.clear()
         if stored is None:
-            log.info("snapshot #%s: deleted; its chunk is not queued", job.snapshot_id)
+            log.info("snapshot #%s: deleted; %s is not queued", job.snapshot_id, what)
             return
         state, chunks_done, rows_done = stored
-        log.info("snapshot #%s: %s; its chunk is not queued (%s rows were)", job.snapshot_id, state, rows_done)
+        log.info("snapshot #%s: %s; %s is not queued (%s rows were)", job.snapshot_id, state, what, rows_done)
         # A snapshot with nothing queued yet has no start marker to close: no end marker either (PROTOCOL.md 5.10).
         if state == Snapshot.State.CANCELLED and chunks_done and item.at is not None:
             item.changes.append(SnapshotCoordinator._end_marker(job, item.at, rows_done, "cancelled", ""))
