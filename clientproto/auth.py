@@ -23,7 +23,8 @@ _BIT63 = 1 << 63
 
 
 def _secret_bytes(secret: str | bytes) -> bytes:
-    return secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+    # A secret read from a file that is not UTF-8 keeps its bytes (surrogateescape), as the original hashed them.
+    return secret.encode("utf-8", "surrogateescape") if isinstance(secret, str) else bytes(secret)
 
 
 def fnv1a64(data: bytes) -> int:

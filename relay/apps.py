@@ -1,4 +1,7 @@
+import logging
+
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class RelayConfig(AppConfig):
@@ -8,3 +11,8 @@ class RelayConfig(AppConfig):
     def ready(self) -> None:
         # Connects the signals that move the filter version on every filter write, in every process.
         from relay.store import filters  # noqa: F401
+
+        # What the configuration gives that the relay ignores (a typo, a key given twice), said once by every
+        # process as it starts (logging is set up before the apps are).
+        for note in settings.RELAY_CONFIG.notes:
+            logging.getLogger("relay.config").warning("configuration: %s", note)

@@ -1,17 +1,17 @@
 """The relay's configuration: the original relay's INI file, new keys, and environment overrides.
 
-The file is the original's ``replicaterelay.conf`` read as it is (``[Server]``, ``[MySQL]``, ``[Logger]``; keys are
-case-insensitive; both ``Database`` and ``DatabaseName`` name the replication handshake's database). Keys the
-original hard-coded have new names here (``SourcePort``, ``ReplicaServerID``, ``StartFrom``, ...). Every key can be
-overridden by an environment variable ``RELAY_<SECTION>_<KEY>`` in upper case (``RELAY_SERVER_AUTHSECRET``), and the
-store by ``DATABASE_URL``. A missing or bad value raises :class:`ConfigError` with one line naming the key.
+The file is the original's ``replicaterelay.conf`` read as it is, by the original's rules (``relay.inifile``):
+``[Server]``, ``[MySQL]``, ``[Logger]``; keys are case-insensitive; both ``Database`` and ``DatabaseName`` name the
+replication handshake's database. Keys the original hard-coded have new names here (``SourcePort``,
+``ReplicaServerID``, ``StartFrom``, ...). Every key can be overridden by an environment variable
+``RELAY_<SECTION>_<KEY>`` in upper case (``RELAY_SERVER_AUTHSECRET``), and the store by ``DATABASE_URL``. A
+missing or bad value raises :class:`ConfigError` with one line naming the key.
 
 This module imports nothing from Django: the settings module reads it.
 """
 
 from __future__ import annotations
 
-import configparser
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from binlog.cli import TOOL_SERVER_IDS
+from relay.inifile import IniError, IniFile, read_ini
 
 DEFAULT_CONFIG_NAME = "replicaterelay.conf"
 DEFAULT_REPLICA_SERVER_ID = 0x52454C  # "REL": never the PID, which could collide with a real replica's id
@@ -120,28 +121,53 @@ class RelayConfig:
     mail: MailConfig = field(default_factory=lambda: MailConfig("", 25, "", "", "", False))
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     config_path: Path | None = None
+    # What the file or the environment gives that the relay ignores (a key read twice, a typo): said at start-up.
+    notes: tuple[str, ...] = ()
 
 
 # -- reading the file and the environment -------------------------------------------------------------------------
 
 
 class _Values:
-    """Lookup of raw values: the environment first, then the INI file; keys are case-insensitive."""
+    """Lookup of raw values: the environment first, then the INI file; keys are case-insensitive. Every key asked
+    for is noted, so that what the file and the environment give beyond them can be named (:meth:`unread`)."""
 
-    def __init__(self, parser: configparser.ConfigParser, environ: Mapping[str, str]) -> None:
-        self._parser = parser
+    def __init__(self, ini: IniFile, environ: Mapping[str, str]) -> None:
+        self._ini = ini
         self._environ = environ
+        self._asked: set[tuple[str, str]] = set()
 
     def raw(self, section: str, *keys: str) -> tuple[str, str] | None:
         """The first of ``keys`` that is set, as (name used in messages, value)."""
+        self._asked.update((section.lower(), key.lower()) for key in keys)
         for key in keys:
             env_name = f"RELAY_{section}_{key}".upper()
             if env_name in self._environ:
                 return env_name, self._environ[env_name]
         for key in keys:
-            if self._parser.has_option(section, key):
-                return f"[{section}] {key}", self._parser.get(section, key)
+            value = self._ini.get(section, key)
+            if value is not None:
+                return f"[{section}] {key}", value
         return None
+
+    def unread(self) -> list[str]:
+        """Keys of the file, and RELAY_<SECTION>_<KEY> variables, that name nothing the relay reads (a typo, most
+        likely: the value it was meant to set keeps its default)."""
+        sections = {section for section, _ in self._asked}
+        notes = []
+        for section, key in self._ini.given():
+            if (section, key) in self._asked:
+                continue
+            number, written = self._ini.lines[(section, key)]
+            name = self._ini.section_names[section]
+            what = "no key the relay reads" if section in sections else "a section the relay does not read"
+            notes.append(f"{self._ini.path} line {number}: [{name}] {written}: {what}; ignored")
+        asked_env = {f"RELAY_{section}_{key}".upper() for section, key in self._asked}
+        prefixes = tuple(f"RELAY_{section.upper()}_" for section in sections)
+        for name in sorted(self._environ):
+            if name.startswith(prefixes) and name not in asked_env:
+                notes.append(f"environment: {name} names no key the relay reads; ignored")
+        return notes
 
     def text(self, section: str, *keys: str, default: str = "") -> str:
         found = self.raw(section, *keys)
@@ -240,29 +266,6 @@ def _split_names(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def read_ini(path: Path) -> configparser.ConfigParser:
-    """Reads an INI file the way the original's TIniFile did: case-insensitive keys, ``;``/``#`` comment lines."""
-    parser = configparser.ConfigParser(interpolation=None, strict=False, comment_prefixes=(";", "#"))
-    parser.optionxform = str.lower  # type: ignore[assignment,method-assign]
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
-            parser.read_file(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except configparser.Error as exc:
-        raise ConfigError(f"config file {path}: {exc.message.splitlines()[0]}") from None
-    # Section names are case-insensitive in the original too.
-    normalised = configparser.ConfigParser(interpolation=None)
-    normalised.optionxform = str.lower  # type: ignore[assignment,method-assign]
-    for section in parser.sections():
-        canonical = section.strip().capitalize() if section.lower() != "mysql" else "MySQL"
-        if not normalised.has_section(canonical):
-            normalised.add_section(canonical)
-        for key, value in parser.items(section):
-            normalised.set(canonical, key, value)
-    return normalised
-
-
 def config_path_from(environ: Mapping[str, str], explicit: str | os.PathLike[str] | None = None) -> Path | None:
     if explicit:
         return Path(explicit)
@@ -281,8 +284,11 @@ def load_config(
     """Reads the configuration; ``require_source`` makes the source host and user mandatory (the worker needs them)."""
     environ = os.environ if environ is None else environ
     config_path = config_path_from(environ, path)
-    parser = read_ini(config_path) if config_path else configparser.ConfigParser(interpolation=None)
-    values = _Values(parser, environ)
+    try:
+        ini = read_ini(config_path) if config_path else IniFile()
+    except IniError as exc:
+        raise ConfigError(str(exc)) from None
+    values = _Values(ini, environ)
 
     data_dir = Path(values.text("Server", "DataDir") or environ.get("RELAY_DATA_DIR", "") or "var").expanduser()
     if not data_dir.is_absolute():
@@ -313,11 +319,12 @@ def load_config(
         start_gtid=start_gtid,
         heartbeat_seconds=values.parsed("Server", "HeartbeatSeconds", 5.0, _seconds),
     )
+    schema_password = values.text("MySQL", "password")  # the [MySQL] login's: without one, the source user's
     schema = SchemaConfig(
         host=values.text("MySQL", "host") or source.host,
         port=values.parsed("MySQL", "port", source.port, _integer(1, 65535)),
         user=values.text("MySQL", "login") or source.user,
-        password=values.text("MySQL", "password") if values.raw("MySQL", "login") else source.password,
+        password=schema_password if values.raw("MySQL", "login") else source.password,
         database=values.text("MySQL", "database"),
     )
     logger = LoggerConfig(
@@ -371,7 +378,48 @@ def load_config(
         mail=mail,
         snapshot=snapshot,
         config_path=config_path,
+        notes=tuple(ini.notes + values.unread()),
     )
+
+
+# -- environment variables outside the file ------------------------------------------------------------------------
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: The health rule's variables: (default, least value) in seconds. A store timeout of 0 would wait for ever.
+HEALTH_SECONDS = {
+    "RELAY_HEALTH_MAX_LAG": (60.0, 0.0),
+    "RELAY_HEALTH_REPORT_MARGIN": (5.0, 0.0),
+    "RELAY_HEALTH_MAX_QUEUE_AGE": (600.0, 0.0),
+    "RELAY_HEALTH_STORE_TIMEOUT": (5.0, 0.1),
+}
+
+
+def environment_seconds(name: str, environ: Mapping[str, str] | None = None) -> float:
+    """One of HEALTH_SECONDS from the environment. A value that is not a finite number of seconds at least the
+    variable's least is refused (a NaN maximum lag would never be passed: health green whatever the lag)."""
+    environ = os.environ if environ is None else environ
+    default, least = HEALTH_SECONDS[name]
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        number = float(text)
+    except ValueError:
+        raise ConfigError(f"{name}: {text!r} is not a number of seconds") from None
+    if not least <= number < float("inf"):
+        raise ConfigError(f"{name}: {text!r} must be a number of seconds, {least:g} or more")
+    return number
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> str:
+    """Checks the variables every process reads besides the file's keys; returns the log level."""
+    environ = os.environ if environ is None else environ
+    for name in HEALTH_SECONDS:
+        environment_seconds(name, environ)
+    level = environ.get("RELAY_LOG_LEVEL", "").strip().upper() or "INFO"
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"RELAY_LOG_LEVEL: {environ['RELAY_LOG_LEVEL']!r} is not one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def require_auth_secret(config: RelayConfig) -> str:

@@ -11,12 +11,13 @@ import os
 import secrets
 from pathlib import Path
 
-from relay.config import ConfigError, database_settings, load_config
+from relay.config import ConfigError, check_environment, database_settings, load_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 try:
     RELAY_CONFIG = load_config()
+    LOG_LEVEL = check_environment()
 except ConfigError as exc:  # a bad value must stop start-up with one line naming the key
     raise SystemExit(f"configuration error: {exc}") from None
 
@@ -133,5 +134,5 @@ LOGGING = {
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["health_probes"]},
     },
-    "root": {"handlers": ["console"], "level": os.environ.get("RELAY_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }

@@ -123,7 +123,6 @@ def test_config_path_from_environment(tmp_path: Path) -> None:
         ("[Logger]\nFormat=xml\n", {}, "[Logger] Format: 'xml' must be a comma-separated list"),
         ("", {"RELAY_SERVER_SOURCEPORT": "-1"}, "RELAY_SERVER_SOURCEPORT: -1 is out of range"),
         ("", {"DATABASE_URL": "mysql://x"}, "DATABASE_URL: 'mysql://x' must start with postgres://"),
-        ("[Server\nbroken", {}, "config file"),
         ("[Snapshot]\nMethod=lock\n", {}, "[Snapshot] Method: 'lock' is not one of auto, consistent-snapshot"),
         ("[Snapshot]\nChunkRows=0\n", {}, "[Snapshot] ChunkRows: 0 is out of range"),
         ("", {"RELAY_SNAPSHOT_ROWSPERSECOND": "fast"}, "RELAY_SNAPSHOT_ROWSPERSECOND: 'fast' is not a whole number"),
@@ -243,3 +242,109 @@ def test_snapshot_keys(tmp_path: Path) -> None:
         10_000.0,
         "ops.marks",
     )
+
+
+def test_the_file_means_what_it_meant_to_the_original(tmp_path: Path) -> None:
+    """Free Pascal's TIniFile rules: a byte order mark and indentation mean nothing, the first of a key (and of a
+    section) given twice wins, a pair of quotes around a value goes, ':' separates nothing, '=' in a value stays, and
+    lines the original ignored are ignored here too, each named in the notes."""
+    text = (
+        "\ufeff[Server]\r\n"
+        "  IPAddr = db1\r\n"
+        "\tLogin=repl\r\n"
+        "    Password='se=cret'\r\n"
+        'AuthSecret="Freedelity" // the note stays\r\n'
+        "ServerPort=6100\r\n"
+        "ServerPort=6200\r\n"
+        "AdminSecret: admin\r\n"
+        "a stray line\r\n"
+        "[MySQL]\r\n"
+        'login="schema"\r\n'
+        "[ server ]\r\n"
+        "SourcePort=3307\r\n"
+    )
+    path = tmp_path / "replicaterelay.conf"
+    path.write_bytes(text.encode("utf-8"))
+    config = load_config(path, environ={})
+    assert (config.source.host, config.source.user, config.source.password) == ("db1", "repl", "se=cret")
+    assert config.auth_secret == '"Freedelity" // the note stays'
+    assert (config.server_port, config.source.port, config.admin_secret) == (6100, 3306, "")
+    assert config.schema.user == "schema"
+    assert config.notes == (
+        f"{path} line 7: [Server] ServerPort again: the value of line 6 is used, as the original used it",
+        f"{path} line 8: no = on this line: ignored",
+        f"{path} line 9: no = on this line: ignored",
+        f"{path} line 12: [server] again: its keys are ignored, as the original ignored them (it reads the first "
+        "[Server] only); merge the two blocks",
+    )
+
+
+def test_keys_and_variables_the_relay_does_not_read_are_named(tmp_path: Path) -> None:
+    """A typo keeps the value it meant to set at its default: it is named, with its line, not passed over."""
+    path = write(tmp_path, "Stray=1\n[Server]\nAuthSecrte=x\nIPAddr=db\n[Loger]\nSchema=shop\n[MySQL]\npassword=p\n")
+    environ = {"RELAY_SERVER_SERVERPROT": "7000", "RELAY_SERVER_IPADDR": "db2", "RELAY_DATA_DIR": str(tmp_path)}
+    config = load_config(path, environ=environ)
+    assert config.source.host == "db2"
+    assert config.notes == (
+        f"{path} line 1: Stray is before any [section]: ignored",
+        f"{path} line 3: [Server] AuthSecrte: no key the relay reads; ignored",
+        f"{path} line 6: [Loger] Schema: a section the relay does not read; ignored",
+        "environment: RELAY_SERVER_SERVERPROT names no key the relay reads; ignored",
+    )
+    assert load_config(REPO / "replicaterelay.conf.sample", environ={}).notes == ()
+
+
+def test_a_secret_in_a_file_that_is_not_utf8_keys_as_its_bytes(tmp_path: Path) -> None:
+    """The original hashed the bytes after '=': a latin1 file's secret gives the key of those bytes."""
+    from clientproto.auth import server_key
+
+    path = tmp_path / "replicaterelay.conf"
+    path.write_bytes("[Server]\nAuthSecret=Fr\u00e9e\n".encode("latin-1"))
+    secret = require_auth_secret(load_config(path, environ={}))
+    assert server_key(secret) == server_key("Fr\u00e9e".encode("latin-1")) != server_key("Fr\u00e9e")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("RELAY_LOG_LEVEL", "LOUD", "RELAY_LOG_LEVEL: 'LOUD' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("RELAY_HEALTH_MAX_LAG", "nan", "RELAY_HEALTH_MAX_LAG: 'nan' must be a number of seconds, 0 or more"),
+        ("RELAY_HEALTH_MAX_QUEUE_AGE", "10m", "RELAY_HEALTH_MAX_QUEUE_AGE: '10m' is not a number of seconds"),
+        ("RELAY_HEALTH_REPORT_MARGIN", "-1", "RELAY_HEALTH_REPORT_MARGIN: '-1' must be a number of seconds, 0 or more"),
+        ("RELAY_HEALTH_STORE_TIMEOUT", "0", "RELAY_HEALTH_STORE_TIMEOUT: '0' must be a number of seconds, 0.1 or more"),
+    ],
+)
+def test_bad_environment_values_stop_start_up_naming_the_variable(name: str, value: str, message: str) -> None:
+    """A maximum lag of NaN would never be passed (health green whatever the lag): such values stop every process
+    with one line, as a bad key of the file does."""
+    import os
+    import subprocess
+    import sys
+
+    from relay.config import check_environment
+
+    with pytest.raises(ConfigError) as caught:
+        check_environment({name: value})
+    assert str(caught.value) == message
+    env = {**os.environ, name: value}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert (result.returncode, result.stderr.strip()) == (1, f"configuration error: {message}")
+
+
+def test_every_process_says_what_the_configuration_gives_that_it_ignores(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = write(tmp_path, f"[Server]\nDataDir={tmp_path}\nServerPort=6100\nServerPort=6200\nHeartbeatSecond=9\n")
+    env = {**os.environ, "RELAY_CONFIG": str(path)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    warnings = [line.split(" relay.config: ", 1)[1] for line in result.stderr.splitlines() if "relay.config" in line]
+    assert warnings == [
+        f"configuration: {path} line 4: [Server] ServerPort again: the value of line 3 is used, as the original "
+        "used it",
+        f"configuration: {path} line 5: [Server] HeartbeatSecond: no key the relay reads; ignored",
+    ]

@@ -22,7 +22,6 @@ questions of the same rule.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,6 +31,7 @@ from django.db import DatabaseError, OperationalError, connection, transaction
 from django.http import QueryDict
 from django.utils import timezone
 
+from relay.config import environment_seconds
 from relay.models import WorkerStatus
 from relay.templatetags.relay_tags import duration
 
@@ -60,13 +60,6 @@ REPORT_PERIODS = 3  # heartbeat periods a connected worker may miss before it co
 DEFAULT_HEARTBEAT_SECONDS = 5.0  # the worker's own default ([Server] HeartbeatSeconds) for rows that predate it
 
 
-def _env_seconds(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, "") or default)
-    except ValueError:
-        return default
-
-
 @dataclass(frozen=True)
 class Thresholds:
     max_lag: float  # seconds
@@ -80,9 +73,9 @@ def thresholds(params: QueryDict | None = None) -> Thresholds:
 
     Raises ValueError for a parameter that is not a non-negative number."""
     base = Thresholds(
-        max_lag=_env_seconds("RELAY_HEALTH_MAX_LAG", 60.0),
-        report_margin=_env_seconds("RELAY_HEALTH_REPORT_MARGIN", 5.0),
-        max_queue_age=_env_seconds("RELAY_HEALTH_MAX_QUEUE_AGE", 600.0),
+        max_lag=environment_seconds("RELAY_HEALTH_MAX_LAG"),
+        report_margin=environment_seconds("RELAY_HEALTH_REPORT_MARGIN"),
+        max_queue_age=environment_seconds("RELAY_HEALTH_MAX_QUEUE_AGE"),
         max_backlog=None,
     )
     if params is None:
@@ -195,7 +188,7 @@ def store_reachable() -> str:
 
 def store_read_seconds() -> float:
     """How long the health check's and /metrics' reads may take in all (``RELAY_HEALTH_STORE_TIMEOUT``)."""
-    return _env_seconds("RELAY_HEALTH_STORE_TIMEOUT", 5.0)
+    return environment_seconds("RELAY_HEALTH_STORE_TIMEOUT")
 
 
 @contextlib.contextmanager
