@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 
 from binlog.charsets import max_bytes_per_char
-from binlog.schemamodel import GEOMETRY_TYPES, Column, SchemaModel, TableDef
+from binlog.schemamodel import GEOMETRY_TYPES, Column, SchemaModel, TableDef, fold_name
 from binlog.table import STRING_ESCAPES
 
 
@@ -107,6 +107,20 @@ def tokenize(sql: str, sql_mode: int = 0) -> list[Token]:
             tokens.append(Token("op", ch))
             i += 1
     return tokens
+
+
+def statement_start(tokens: list[Token]) -> int:
+    """Where the statement proper begins: past MariaDB's ``SET STATEMENT var = value [, ...] FOR`` prefix, which
+    runs the statement with those variables set for it alone (the binlog keeps the prefix); 0 without one."""
+    if len(tokens) > 2 and tokens[0].is_word("SET") and tokens[1].is_word("STATEMENT"):
+        depth = 0
+        for i in range(2, len(tokens)):
+            token = tokens[i]
+            if token.kind == "op" and token.text in "()":
+                depth += 1 if token.text == "(" else -1
+            elif depth == 0 and token.is_word("FOR"):
+                return i + 1
+    return 0
 
 
 def _quoted(sql: str, i: int, quote: str, *, backslash: bool) -> tuple[str, int]:
@@ -295,7 +309,21 @@ def build_column(spec: _ColumnSpec, table_charset: str) -> Column:
 # -- the parser ----------------------------------------------------------------------------------------------------
 
 _TABLE_CONSTRAINT_WORDS = ("PRIMARY", "KEY", "INDEX", "UNIQUE", "FULLTEXT", "SPATIAL", "CONSTRAINT", "FOREIGN")
-_ALTER_SKIP_AFTER_ADD = ("INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN", "CHECK", "PERIOD", "PARTITION")
+_ALTER_SKIP_AFTER_ADD = ("INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN", "CHECK", "PARTITION")
+
+
+def _clause_of_words(p: _Parser) -> bool:
+    """PERIOD FOR ... and SYSTEM VERSIONING: clauses, where a lone ``period`` or ``system`` is a column's name
+    (neither word is reserved)."""
+    token, following = p.peek(), p.peek(1)
+    return (
+        token is not None
+        and following is not None
+        and (
+            (token.is_word("PERIOD") and following.is_word("FOR"))
+            or (token.is_word("SYSTEM") and following.is_word("VERSIONING"))
+        )
+    )
 
 
 class _Parser:
@@ -521,18 +549,29 @@ class Change:
 
 @dataclass(eq=False)
 class _Slot:
-    """A column of a table an ALTER is changing, with ``origin``, its name (casefolded) in the table as it was before
-    the statement ("" for a column the statement adds)."""
+    """A column of a table an ALTER is changing, with ``origin``, its name (``fold_name``) in the table as it was
+    before the statement ("" for a column the statement adds), and ``spec``, its definition when the statement
+    gives one (ADD, CHANGE, MODIFY): such a column takes the table's default charset as the statement leaves it."""
 
     column: Column
     origin: str
+    spec: _ColumnSpec | None = None
 
 
 def _original(slots: list[_Slot], name: str) -> int:
     """The index of the column the table had as ``name`` before the statement; -1 if none (or dropped since)."""
-    folded = name.casefold()
+    folded = fold_name(name)
     for i, slot in enumerate(slots):
         if slot.origin == folded:
+            return i
+    return -1
+
+
+def _added(slots: list[_Slot], name: str) -> int:
+    """The index of a column this statement added as ``name`` (a later clause may change it); -1 if none."""
+    folded = fold_name(name)
+    for i, slot in enumerate(slots):
+        if not slot.origin and fold_name(slot.column.name) == folded:
             return i
     return -1
 
@@ -544,9 +583,9 @@ def _put(slots: list[_Slot], slot: _Slot, where: tuple[str, str | None] | None) 
     elif where[0] == "first":
         slots.insert(0, slot)
     else:
-        target = (where[1] or "").casefold()
+        target = fold_name(where[1] or "")
         for i, existing in enumerate(slots):
-            if existing.column.name.casefold() == target:
+            if fold_name(existing.column.name) == target:
                 slots.insert(i + 1, slot)
                 return
         raise DdlError(f"AFTER names an unknown column {where[1]}")
@@ -554,8 +593,8 @@ def _put(slots: list[_Slot], slot: _Slot, where: tuple[str, str | None] | None) 
 
 def _with_pk(columns: list[Column], pk: tuple[str, ...]) -> list[Column]:
     """Primary key columns are NOT NULL."""
-    folded = {name.casefold() for name in pk}
-    return [replace(c, nullable=False) if c.name.casefold() in folded and c.nullable else c for c in columns]
+    folded = {fold_name(name) for name in pk}
+    return [replace(c, nullable=False) if fold_name(c.name) in folded and c.nullable else c for c in columns]
 
 
 _UNDECODED = re.compile("[\udc80-\udcff]")
@@ -569,7 +608,8 @@ def has_undecoded_bytes(sql: str) -> bool:
 def _changes_tables(tokens: list[Token]) -> bool:
     """Whether a statement is one ``DdlApplier`` applies: CREATE/ALTER/DROP of a table or database, RENAME TABLE
     (temporary tables aside)."""
-    head = [t.text.upper() for t in tokens[:6] if t.kind == "word"]
+    start = statement_start(tokens)
+    head = [t.text.upper() for t in tokens[start : start + 6] if t.kind == "word"]
     if not head or head[0] not in ("CREATE", "ALTER", "DROP", "RENAME") or "TEMPORARY" in head:
         return False
     return any(word in ("TABLE", "TABLES", "DATABASE", "SCHEMA") for word in head[1:])
@@ -583,6 +623,7 @@ class DdlApplier:
 
     def apply(self, default_schema: str, sql: str, sql_mode: int = 0) -> list[Change]:
         parser = _Parser(tokenize(sql, sql_mode))
+        parser.i = statement_start(parser.tokens)
         if _changes_tables(parser.tokens) and has_undecoded_bytes(sql):
             # A name or label read from it could be anything: never guess one (binlog.events.statement_text).
             raise DdlError("the statement has bytes its client charset cannot decode, or an unknown client charset")
@@ -652,7 +693,9 @@ class DdlApplier:
                 token = p.peek()
                 if token is None:
                     raise DdlError("unterminated column list")
-                if token.kind == "word" and token.text.upper() in (*_TABLE_CONSTRAINT_WORDS, "CHECK", "PERIOD"):
+                if token.kind == "word" and (
+                    token.text.upper() in (*_TABLE_CONSTRAINT_WORDS, "CHECK") or _clause_of_words(p)
+                ):
                     found = self._table_constraint(p)
                     if found is not None:
                         pk = found
@@ -759,7 +802,7 @@ class DdlApplier:
         # The clauses of one ALTER name the columns as the table had them before it (MariaDB and MySQL resolve every
         # DROP, CHANGE, MODIFY and RENAME COLUMN against the old table): "RENAME COLUMN a TO b, RENAME COLUMN b TO a"
         # swaps the two. So each column is followed by its old name, never looked up by a name a clause gave it.
-        slots = [_Slot(column, column.name.casefold()) for column in current.columns]
+        slots = [_Slot(column, fold_name(column.name)) for column in current.columns]
         key: tuple[_Slot | str, ...] = tuple(
             slots[i] for i in (_original(slots, name) for name in current.primary_key) if i >= 0
         )
@@ -780,11 +823,13 @@ class DdlApplier:
                 where = p.position()
                 index = _original(slots, old or name)
                 if index < 0:
+                    index = _added(slots, old or name)  # the server takes a column this statement ADDs too
+                if index < 0:
                     if exists:
                         continue
                     raise DdlError(f"{'CHANGE' if change else 'MODIFY'} of an unknown column {old or name}")
                 replaced = slots.pop(index)
-                slot = _Slot(build_column(spec, charset), replaced.origin)
+                slot = _Slot(build_column(spec, charset), replaced.origin, spec)
                 if where is None:
                     slots.insert(index, slot)
                 else:
@@ -792,12 +837,14 @@ class DdlApplier:
                 key = (slot,) if spec.primary else tuple(slot if k is replaced else k for k in key)
             elif p.accept("RENAME"):
                 if p.accept("COLUMN"):
-                    p.if_exists()
+                    exists = p.if_exists()
                     old = p.identifier()
                     p.expect("TO")
                     new = p.identifier()
                     index = _original(slots, old)
                     if index < 0:
+                        if exists:
+                            continue
                         raise DdlError(f"RENAME COLUMN of an unknown column {old}")
                     slots[index].column = replace(slots[index].column, name=new)
                 elif p.accept("INDEX", "KEY"):
@@ -805,7 +852,8 @@ class DdlApplier:
                 else:
                     p.accept("TO", "AS")
                     to_schema, to_table = p.qualified()
-                    rename_to = (self._schema(to_schema, schema), self.model.name(to_table))
+                    # An unqualified new name is in the session's database, as for RENAME TABLE, not the table's.
+                    rename_to = (self._schema(to_schema, default_schema), self.model.name(to_table))
             elif p.accept("CONVERT"):
                 p.expect("TO")
                 if not (p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET")):
@@ -814,6 +862,7 @@ class DdlApplier:
                 target = self.model.database_charset(schema) if new.upper() == "DEFAULT" else _charset_alias(new)
                 for slot in slots:
                     slot.column = _converted(slot.column, target)
+                    slot.spec = None  # converted: its charset is the conversion's, whatever the table's becomes
                 charset = target
                 p.skip_clause()
             elif p.accept("DEFAULT") or (p.peek() is not None and p.peek().is_word("CHARACTER", "CHARSET", "COLLATE")):  # type: ignore[union-attr]
@@ -829,6 +878,11 @@ class DdlApplier:
                     break
                 p.skip_clause()
                 p.accept_op(",")
+        # A column the statement defines without a charset takes the table's default as the statement leaves it,
+        # whatever the order of its clauses ("ADD c TEXT, DEFAULT CHARSET=latin1" makes c latin1).
+        for slot in slots:
+            if slot.spec is not None and slot.spec.charset is None and charset != current.charset:
+                slot.column = replace(build_column(slot.spec, charset), name=slot.column.name)
         # A key column is named by its column's name after the statement: ADD PRIMARY KEY names those already.
         pk = tuple(k.column.name if isinstance(k, _Slot) else k for k in key)
         definition = TableDef(tuple(_with_pk([slot.column for slot in slots], pk)), pk, charset)
@@ -846,7 +900,7 @@ class DdlApplier:
         if token is not None and token.is_word("CONSTRAINT", "PRIMARY"):
             found = self._table_constraint(p)
             return key if found is None else found
-        if token is not None and token.is_word(*_ALTER_SKIP_AFTER_ADD, "SYSTEM"):
+        if token is not None and (token.is_word(*_ALTER_SKIP_AFTER_ADD) or _clause_of_words(p)):
             p.skip_clause()
             return key
         p.accept("COLUMN")
@@ -865,11 +919,11 @@ class DdlApplier:
         name = p.identifier()
         spec = p.column_spec(name)
         where = p.position()
-        if any(slot.column.name.casefold() == name.casefold() for slot in slots):
+        if any(fold_name(slot.column.name) == fold_name(name) for slot in slots):
             if if_not_exists:
                 return key
             raise DdlError(f"ADD of an existing column {name}")
-        slot = _Slot(build_column(spec, charset), "")
+        slot = _Slot(build_column(spec, charset), "", spec)
         _put(slots, slot, where)
         return (slot,) if spec.primary else key
 
@@ -877,8 +931,8 @@ class DdlApplier:
         if p.accept_seq("PRIMARY", "KEY"):
             return ()
         token = p.peek()
-        if token is not None and token.is_word(
-            "INDEX", "KEY", "FOREIGN", "CONSTRAINT", "CHECK", "PARTITION", "SYSTEM", "PERIOD"
+        if token is not None and (
+            token.is_word("INDEX", "KEY", "FOREIGN", "CONSTRAINT", "CHECK", "PARTITION") or _clause_of_words(p)
         ):
             p.skip_clause()
             return key

@@ -51,6 +51,7 @@ from binlog.constants import (
     XA_PREPARE_LOG_EVENT,
     XID_EVENT,
 )
+from binlog.ddl import statement_start, tokenize
 from binlog.errors import BinlogError, ChecksumError, TruncatedEventError, UnreadablePositionError
 from binlog.events import (
     HEADER,
@@ -111,7 +112,14 @@ def _statement_keyword(query: str) -> str:
             if newline < 0:
                 return ""
             text = text[newline + 1 :].lstrip()
-    return text[:16].split(None, 1)[0].upper() if text else ""
+    word = text[:16].split(None, 1)[0].upper() if text else ""
+    if word == "SET" and text[3:].lstrip()[:9].upper() == "STATEMENT":
+        # SET STATEMENT var = value FOR <statement>: the statement's own keyword says what it is.
+        tokens = tokenize(text)
+        start = statement_start(tokens)
+        if start and start < len(tokens):
+            return tokens[start].text.upper()
+    return word
 
 
 class _TableEntry:

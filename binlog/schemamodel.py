@@ -72,6 +72,14 @@ class Column:
         return parse_enum_labels(self.column_type) if self.data_type in ("enum", "set") else ()
 
 
+def fold_name(name: str) -> str:
+    """A column name as the server compares it: case-insensitively, a character at a time (the system charset's
+    case map), so that 'ß' and 'ss' are two columns, as the server keeps them; ``str.casefold`` makes them one."""
+    if name.isascii():
+        return name.upper()
+    return "".join(upper if len(upper := ch.upper()) == 1 else ch for ch in name)
+
+
 @dataclass(frozen=True, slots=True)
 class TableDef:
     """A table's columns in order, its primary key (column names in key order) and default charset."""
@@ -81,10 +89,11 @@ class TableDef:
     charset: str = "utf8mb4"
 
     def index(self, name: str) -> int:
-        """Position of a column (names are case-insensitive); -1 when absent."""
-        folded = name.casefold()
+        """Position of a column (names are case-insensitive, as the server compares them: ``fold_name``); -1 when
+        absent."""
+        folded = fold_name(name)
         for i, column in enumerate(self.columns):
-            if column.name.casefold() == folded:
+            if fold_name(column.name) == folded:
                 return i
         return -1
 
@@ -280,7 +289,7 @@ def layout_mismatch(definition: TableDef, tm: TableMap) -> str | None:
             return f"column {i + 1} ({column.name} {column.column_type}) is binlog type {code}"
         if codes and expected_meta is not None and meta != expected_meta:
             return f"column {i + 1} ({column.name} {column.column_type}) has metadata {meta}, not {expected_meta}"
-        if opt is not None and opt.names and i < len(opt.names) and opt.names[i].casefold() != column.name.casefold():
+        if opt is not None and opt.names and i < len(opt.names) and fold_name(opt.names[i]) != fold_name(column.name):
             return f"column {i + 1} is named {opt.names[i]} in the event, {column.name} in the history"
         signed_known = opt is not None and opt.unsigned is not None and column.data_type in _INTEGER_CODES
         if signed_known and opt is not None and opt.unsigned is not None and opt.unsigned[i] != column.unsigned:

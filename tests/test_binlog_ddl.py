@@ -414,3 +414,48 @@ def test_enum_and_set_labels_are_the_servers(mariadb: MariaDB) -> None:
     )
     expected = tuple(label for _, label in _LABELS)
     assert labels == {"e2": expected, "e": expected, "s": ("x\\y", "z")}
+
+
+def test_forms_the_server_takes_that_a_reading_could_get_wrong(mariadb: MariaDB) -> None:
+    """Each against information_schema: a DDL behind SET STATEMENT ... FOR; names the server keeps apart that
+    str.casefold() folds together ('ß', 'ss'); an unqualified new name of ALTER ... RENAME TO, which is in the
+    session's database; a column defined before the clause that changes the table's charset (it takes the new one);
+    columns named period and system; RENAME COLUMN IF EXISTS of no column; MODIFY of a column the statement adds."""
+    schema, other = "ddlhostile1", "ddlhostile2"
+    statements = [
+        f"CREATE DATABASE {schema}",
+        f"CREATE DATABASE {other}",
+        "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))",
+        "SET STATEMENT max_statement_time=100, sql_mode='' FOR ALTER TABLE t RENAME COLUMN a TO x, RENAME COLUMN b TO a",
+        "CREATE TABLE u (id INT PRIMARY KEY, `ß` VARCHAR(20), ss VARCHAR(20), z VARCHAR(20))",
+        "ALTER TABLE u DROP COLUMN ss, CHANGE `ß` `ẞ2` VARCHAR(20) AFTER z",
+        f"CREATE TABLE {other}.o (id INT PRIMARY KEY)",
+        f"ALTER TABLE {other}.o RENAME TO o2",
+        "CREATE TABLE c (id INT PRIMARY KEY, keep TEXT) CHARSET=utf8mb4",
+        "ALTER TABLE c ADD c1 TEXT, ADD c2 VARCHAR(5) CHARACTER SET utf8mb4, DEFAULT CHARSET=latin1",
+        "ALTER TABLE c MODIFY c2 VARCHAR(6), ADD c3 TINYTEXT, CHARACTER SET utf8mb3, COLLATE utf8mb3_bin",
+        "CREATE TABLE p (id INT PRIMARY KEY, period INT, system INT)",
+        "ALTER TABLE p ADD COLUMN period2 INT, DROP COLUMN period",
+        "ALTER TABLE p RENAME COLUMN IF EXISTS missing TO r, ADD COLUMN x INT, MODIFY COLUMN x BIGINT FIRST",
+    ]
+    layouts: dict[str, list[tuple[str, str | None]]] = {}
+
+    def check(sql: str, model: SchemaModel) -> None:
+        for (_, name), table in model.tables.items():
+            layouts[name] = [(c.name, c.charset) for c in table.columns]
+
+    model = _follow(mariadb, [schema, other], statements, check)
+    assert layouts["t"] == [("id", None), ("x", "utf8mb4"), ("a", "utf8mb4")]
+    assert layouts["u"] == [("id", None), ("z", "utf8mb4"), ("ẞ2", "utf8mb4")]
+    assert layouts["c"][1:] == [("keep", "utf8mb4"), ("c1", "latin1"), ("c2", "utf8mb3"), ("c3", "utf8mb3")]
+    assert [name for name, _ in layouts["p"]] == ["x", "id", "system", "period2"]
+    assert "o2" in layouts and (other, "o2") not in model.tables
+
+
+def test_the_keyword_of_a_statement_behind_set_statement_is_its_own() -> None:
+    """The stream hands a DDL to the schema history by its keyword: behind SET STATEMENT it is the statement's."""
+    from binlog.parser import _statement_keyword
+
+    assert _statement_keyword("SET STATEMENT max_statement_time=100 FOR ALTER TABLE t ADD c INT") == "ALTER"
+    assert _statement_keyword("set statement sql_mode='a,b', x=(1) for\nDROP TABLE t") == "DROP"
+    assert _statement_keyword("SET @a = 1") == "SET"
