@@ -72,6 +72,8 @@ KIND_LETTERS = {"I": INSERT, "U": UPDATE, "D": DELETE}
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 #: The soak's workers' --takeover-after: short, so that a frozen worker's round does not take half a minute.
 FROZEN_TAKEOVER_SECONDS = 3
+#: One transaction of the workload in XA_SHARE is an XA transaction (XA PREPARE, then XA COMMIT or XA ROLLBACK).
+XA_SHARE = 5
 
 #: (type, schema, table, id, op): one row change, unique over the whole run.
 Row = tuple[int, str, str, int, int]
@@ -333,6 +335,8 @@ class Workload:
         self.ddl = 0
         self.flushes = 0
         self.ambiguous = 0
+        self.xa_committed = 0
+        self.xa_rolled_back = 0
         self._live: dict[tuple[str, str], dict[int, int]] = {(s, t): {} for s in SCHEMAS for t in TABLES}
         self._next_id: dict[tuple[str, str], int] = dict.fromkeys(self._live, 1)
         self._op = 0
@@ -388,9 +392,15 @@ class Workload:
                 self._conn.close()
             self._conn = None
 
-    def _execute(self, plan: list[tuple[int, str, str, list[tuple[int, int]]]]) -> None:
+    def _execute(
+        self, plan: list[tuple[int, str, str, list[tuple[int, int]]]], xa: str = "", keep: bool = True
+    ) -> None:
+        """Commits ``plan``; as the XA transaction ``xa`` when given: prepared, a moment (when a fault may land),
+        then committed, or rolled back when not ``keep`` (its rows must reach no client)."""
         conn = self._connect()
         with conn.cursor() as cursor:
+            if xa:
+                cursor.execute(f"XA START '{xa}'")
             for kind, schema, table, rows in plan:
                 if kind == INSERT:
                     marks = ", ".join("(%s, %s, %s)" for _ in rows)
@@ -403,7 +413,23 @@ class Workload:
                     )
                 else:
                     cursor.execute(f"DELETE FROM {schema}.{table} WHERE id = %s", (rows[0][0],))
+            if xa:
+                cursor.execute(f"XA END '{xa}'")
+                cursor.execute(f"XA PREPARE '{xa}'")
+                time.sleep(self.rng.uniform(0, 0.02))
+                cursor.execute(f"XA {'COMMIT' if keep else 'ROLLBACK'} '{xa}'")
+                return
         conn.commit()
+
+    def _end_prepared(self, xa: str) -> None:
+        """After a broken connection: an XA transaction it left prepared outlives it, holding its rows' locks, and
+        would block the next writer of those rows: it is rolled back (and then counts as not landed)."""
+        with contextlib.suppress(Exception):
+            prepared = {
+                row[3].decode() if isinstance(row[3], bytes) else row[3] for row in self.source.query("XA RECOVER")
+            }
+            if xa in prepared:
+                self.source.execute(f"XA ROLLBACK '{xa}'")
 
     def _landed(self, plan: list[tuple[int, str, str, list[tuple[int, int]]]]) -> bool:
         """After an error during COMMIT: did the transaction commit? (It is atomic: its first row tells.)"""
@@ -433,15 +459,27 @@ class Workload:
     def transaction(self) -> None:
         state = (dict(self._next_id), self._op)
         plan = self._plan()
+        # One transaction in XA_SHARE is an XA transaction, and one of those in 4 is rolled back after its prepare.
+        xa = f"soak-{self.transactions}-{self._op}" if self.rng.random() < 1 / XA_SHARE else ""
+        keep = not xa or self.rng.random() >= 0.25
         with self.lock:
             try:
-                self._execute(plan)
+                self._execute(plan, xa, keep)
             except Exception:  # noqa: BLE001 - the connection broke: find out whether the COMMIT happened
                 self._drop_connection()
                 self.ambiguous += 1
+                if xa:
+                    self._end_prepared(xa)
                 if not self._landed(plan):
                     self._next_id, self._op = state  # keep the id and op sequences dense
                     return
+            if not keep:
+                # Rolled back: the ids and ops are written again by later transactions, so a rolled-back row that
+                # reached a client shows as a row twice, or out of order.
+                self._next_id, self._op = state
+                self.xa_rolled_back += 1
+                return
+            self.xa_committed += bool(xa)
             self._record(plan)
 
     def alter(self) -> None:
@@ -1098,7 +1136,8 @@ class Soak:
             (
                 "load written",
                 f"{written:,} rows ({written / duration:.0f} rows/s) in {workload.transactions:,} transactions,"
-                f" {workload.ddl} DDL, {workload.flushes} FLUSH BINARY LOGS",
+                f" {workload.ddl} DDL, {workload.flushes} FLUSH BINARY LOGS; XA transactions: {workload.xa_committed:,}"
+                f" committed, {workload.xa_rolled_back:,} rolled back after their prepare",
             ),
             ("load delivered", f"{delivered:,} rows to clients ({delivered / (duration + drain):.0f} rows/s)"),
             ("faults injected", f"{result.faults.total()}: {faults}"),
