@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 
 from binlog.charsets import max_bytes_per_char
-from binlog.schemamodel import GEOMETRY_TYPES, Column, SchemaModel, TableDef, fold_name
+from binlog.schemamodel import GEOMETRY_TYPES, SYSTEM_TIME, Column, SchemaModel, TableDef, fold_name
 from binlog.table import STRING_ESCAPES
 
 
@@ -218,6 +218,8 @@ class _ColumnSpec:
     not_null: bool = False
     primary: bool = False
     serial: bool = False
+    row_period: str = ""  # "start" or "end": GENERATED ALWAYS AS ROW START/END, a system-versioned table's own
+    versioning: bool = False  # WITH SYSTEM VERSIONING on the column: the table is system-versioned
 
 
 # How the server writes an ENUM/SET label in COLUMN_TYPE and SHOW CREATE TABLE (append_unescaped() in sql_string.cc):
@@ -452,6 +454,12 @@ class _Parser:
                 collation = self.charset_name()
                 if spec.charset is None:
                     spec.charset = charset_of_collation(collation)
+            elif self.accept_seq("AS", "ROW"):
+                if self.accept("START", "END"):
+                    spec.row_period = self.tokens[self.i - 1].text.lower()
+                    spec.not_null = True
+            elif self.accept_seq("WITH", "SYSTEM", "VERSIONING"):
+                spec.versioning = True
             elif self.accept("FIRST", "AFTER"):
                 self.i -= 1  # the position is the caller's
                 break
@@ -579,7 +587,9 @@ def _added(slots: list[_Slot], name: str) -> int:
 def _put(slots: list[_Slot], slot: _Slot, where: tuple[str, str | None] | None) -> None:
     """Places a column FIRST, AFTER a column (named as the statement leaves it), or last (``where`` None)."""
     if where is None:
-        slots.append(slot)
+        # Last, but before a system-versioned table's hidden columns, which stay last.
+        hidden = next((i for i, existing in enumerate(slots) if existing.column.hidden), len(slots))
+        slots.insert(hidden, slot)
     elif where[0] == "first":
         slots.insert(0, slot)
     else:
@@ -651,7 +661,7 @@ class DdlApplier:
         if p.accept("DATABASE", "SCHEMA"):
             p.if_not_exists()
             name = p.identifier()
-            charset = self._options(p, table=False)
+            charset, _ = self._options(p, table=False)
             if replace_:
                 for schema, table in self.model.drop_database(name):
                     changes.append(Change(schema, table, None))
@@ -707,7 +717,8 @@ class DdlApplier:
                 p.expect_op(",")
         elif not p.at_end():
             raise DdlError("CREATE TABLE ... SELECT without a column list")
-        charset = self._options(p, table=True) or self.model.database_charset(schema)
+        charset, versioned = self._options(p, table=True)
+        charset = charset or self.model.database_charset(schema)
         while not p.at_end():
             if p.accept("SELECT", "AS", "WITH") or p.accept_op("("):
                 raise DdlError("CREATE TABLE ... SELECT: the selected columns are not in the statement")
@@ -720,6 +731,14 @@ class DdlApplier:
         for spec, _ in specs:
             if spec.primary:
                 pk = (spec.name,)
+        if versioned or any(spec.versioning for spec, _ in specs):
+            # System-versioned: its own ROW START/END columns (the primary key then ends with the ROW END one),
+            # or the hidden pair the server adds after the others.
+            row_end = [spec.name for spec, _ in specs if spec.row_period == "end"]
+            if not any(spec.row_period for spec, _ in specs):
+                columns += SYSTEM_TIME
+            elif pk and row_end:
+                pk = (*pk, row_end[0])
         definition = TableDef(tuple(_with_pk(columns, pk)), pk, charset)
         self.model.put(schema, table, definition)
         changes.append(Change(*self.model.stored_name(schema, table), definition))
@@ -747,13 +766,18 @@ class DdlApplier:
     def _column_name(self, name: str) -> str:
         return name
 
-    def _options(self, p: _Parser, *, table: bool) -> str | None:
-        """The default charset that database options, or the table options after a column list, name.
+    def _options(self, p: _Parser, *, table: bool) -> tuple[str | None, bool]:
+        """The default charset that database options, or the table options after a column list, name; and whether
+        the table options say WITH SYSTEM VERSIONING.
 
         A table's options end at a SELECT (CREATE ... SELECT), a partitioning or a "(", and may be separated by commas.
         """
         charset: str | None = None
+        versioned = False
         while not p.at_end():
+            if table and p.accept_seq("WITH", "SYSTEM", "VERSIONING"):
+                versioned = True
+                continue
             if table:
                 token = p.peek()
                 assert token is not None
@@ -771,7 +795,7 @@ class DdlApplier:
                 p.i += 1
                 if table:
                     p.accept_op(",")
-        return charset
+        return charset, versioned
 
     # ALTER
 
@@ -781,7 +805,7 @@ class DdlApplier:
             name = default_schema
             if token is not None and not token.is_word("DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "COMMENT"):
                 name = p.identifier()
-            charset = self._options(p, table=False)
+            charset, _ = self._options(p, table=False)
             if charset is not None and name:
                 self.model.set_database(name, charset)
             return
@@ -808,8 +832,13 @@ class DdlApplier:
         )
         charset = current.charset
         rename_to: tuple[str, str] | None = None
+        versioning: bool | None = None  # ADD or DROP SYSTEM VERSIONING
         while not p.at_end():
-            if p.accept("ADD"):
+            if p.accept_seq("ADD", "SYSTEM", "VERSIONING"):
+                versioning = True
+            elif p.accept_seq("DROP", "SYSTEM", "VERSIONING"):
+                versioning = False
+            elif p.accept("ADD"):
                 key = self._alter_add(p, slots, key, charset)
             elif p.accept("DROP"):
                 key = self._alter_drop(p, slots, key)
@@ -878,6 +907,10 @@ class DdlApplier:
                     break
                 p.skip_clause()
                 p.accept_op(",")
+        if versioning is False:  # its own ROW START/END columns the statement must DROP itself, or the server refuses
+            slots = [slot for slot in slots if not slot.column.hidden]
+        elif versioning and not any(slot.column.hidden or (slot.spec and slot.spec.row_period) for slot in slots):
+            slots += [_Slot(column, fold_name(column.name)) for column in SYSTEM_TIME]
         # A column the statement defines without a charset takes the table's default as the statement leaves it,
         # whatever the order of its clauses ("ADD c TEXT, DEFAULT CHARSET=latin1" makes c latin1).
         for slot in slots:

@@ -44,6 +44,23 @@ class SchemaTable:
     primary_key: tuple[str, ...] = ()
 
 
+#: The columns MariaDB adds to a table WITH SYSTEM VERSIONING that names no AS ROW START/END column of its own: last in
+#: every row image (a column added later goes before them), shown by neither information_schema.COLUMNS nor SHOW
+#: CREATE TABLE. information_schema says such a table is one by its TABLE_TYPE.
+SYSTEM_TIME_COLUMNS = (
+    SchemaColumn("row_start", "timestamp", "timestamp(6)", None, False),
+    SchemaColumn("row_end", "timestamp", "timestamp(6)", None, False),
+)
+SYSTEM_VERSIONED = "SYSTEM VERSIONED"
+
+
+def has_hidden_system_time(table_type: str, generation_expressions: Sequence[str | None]) -> bool:
+    """Whether a table of ``table_type`` whose columns have these GENERATION_EXPRESSIONs has SYSTEM_TIME_COLUMNS."""
+    return table_type.upper() == SYSTEM_VERSIONED and not any(
+        (expression or "").upper() == "ROW START" for expression in generation_expressions
+    )
+
+
 class SchemaProvider(Protocol):
     """Where names and types come from when the binlog lacks them."""
 
@@ -110,7 +127,7 @@ class InformationSchemaProvider:
                 return self._cache[key]
             self.queries += 1
             rows = self._query(
-                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, IS_NULLABLE "
+                "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, IS_NULLABLE, GENERATION_EXPRESSION "
                 "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
                 "ORDER BY ORDINAL_POSITION",
                 schema,
@@ -135,6 +152,15 @@ class InformationSchemaProvider:
                 )
                 for r in rows
             )
+            kind = self._query(
+                "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                schema,
+                table,
+            )
+            if kind and has_hidden_system_time(
+                _text(kind[0][0]), [_text(r[5]) if r[5] is not None else None for r in rows]
+            ):
+                columns += SYSTEM_TIME_COLUMNS
             result = SchemaTable(self._without_doubtful_labels(schema, table, columns), tuple(_text(r[0]) for r in pk))
             self._cache[key] = result
             return result

@@ -25,8 +25,16 @@ from binlog.ddl import Change, DdlError, apply_statement, has_undecoded_bytes, t
 from binlog.errors import BinlogError
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.position import Position
-from binlog.schema import COLUMN_TYPE_CHARSET_SQL, SchemaTable
-from binlog.schemamodel import Column, SchemaModel, TableDef, event_layout, labels_may_be_mangled, layout_mismatch
+from binlog.schema import COLUMN_TYPE_CHARSET_SQL, SYSTEM_VERSIONED, SchemaTable, has_hidden_system_time
+from binlog.schemamodel import (
+    SYSTEM_TIME,
+    Column,
+    SchemaModel,
+    TableDef,
+    event_layout,
+    labels_may_be_mangled,
+    layout_mismatch,
+)
 from binlog.tablemap import TableMap
 
 log = logging.getLogger("binlog.schemahistory")
@@ -503,25 +511,31 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
             continue
         model.databases[_text(name).lower() if lctn else _text(name)] = _text(charset)
     table_charsets: dict[tuple[str, str], str] = {}
-    for schema, table, collation in query(
-        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES "
-        "WHERE TABLE_TYPE = 'BASE TABLE'"
+    versioned: set[tuple[str, str]] = set()
+    for schema, table, collation, kind in query(
+        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION, TABLE_TYPE FROM information_schema.TABLES "
+        f"WHERE TABLE_TYPE IN ('BASE TABLE', '{SYSTEM_VERSIONED}')"
     ):
         if _text(schema) not in system and (wanted is None or _text(schema) in wanted):
             table_charsets[(_text(schema), _text(table))] = _charset(_text(collation or "binary"))
+            if _text(kind) == SYSTEM_VERSIONED:
+                versioned.add((_text(schema), _text(table)))
+    generations: dict[tuple[str, str], list[str | None]] = {key: [] for key in versioned}
     shown_in = _column_type_charset(query)
     columns: dict[tuple[str, str], list[Column]] = {key: [] for key in table_charsets}
     # One schema at a time and without a join: MariaDB's information_schema joins need temporary files we can spare.
     for db in sorted({key[0] for key in table_charsets}):
-        for table, name, data_type, column_type, charset, nullable, _ordinal in sorted(
+        for table, name, data_type, column_type, charset, nullable, _ordinal, generation in sorted(
             query(
                 "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, IS_NULLABLE, "
-                "ORDINAL_POSITION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s",
+                "ORDINAL_POSITION, GENERATION_EXPRESSION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s",
                 db,
             ),
             key=lambda row: (_text(row[0]), int(row[6])),
         ):
             key = (db, _text(table))
+            if key in generations:
+                generations[key].append(_text(generation) if generation is not None else None)
             if key in columns:
                 column = Column(
                     _text(name),
@@ -542,6 +556,9 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
         key=lambda row: (_text(row[0]), _text(row[1]), int(row[3])),
     ):
         keys.setdefault((_text(schema), _text(table)), []).append(_text(name))
+    for key, expressions in generations.items():
+        if has_hidden_system_time(SYSTEM_VERSIONED, expressions):
+            columns[key] += SYSTEM_TIME
     for key, cols in columns.items():
         charset = table_charsets.get(key, model.database_charset(key[0]))
         model.put(key[0], key[1], TableDef(tuple(cols), tuple(keys.get(key, ())), charset))

@@ -43,7 +43,7 @@ from binlog.constants import (
     MYSQL_TYPE_VARCHAR_COMPRESSED,
     MYSQL_TYPE_YEAR,
 )
-from binlog.schema import SchemaColumn, SchemaTable, shown_labels_may_be_mangled
+from binlog.schema import SYSTEM_TIME_COLUMNS, SchemaColumn, SchemaTable, shown_labels_may_be_mangled
 from binlog.table import parse_enum_labels
 from binlog.tablemap import TableMap
 
@@ -54,6 +54,7 @@ class Column:
 
     ``labels_uncertain``: an ENUM/SET column whose labels were read from information_schema and may have lost
     characters there (``labels_may_be_mangled``); its labels are never given as the column's values.
+    ``hidden``: one of the SYSTEM_TIME_COLUMNS of a system-versioned table, which information_schema does not show.
     """
 
     name: str
@@ -62,6 +63,7 @@ class Column:
     charset: str | None = None
     nullable: bool = True
     labels_uncertain: bool = False
+    hidden: bool = False
 
     @property
     def unsigned(self) -> bool:
@@ -70,6 +72,12 @@ class Column:
     @property
     def labels(self) -> tuple[str, ...]:
         return parse_enum_labels(self.column_type) if self.data_type in ("enum", "set") else ()
+
+
+#: The hidden columns of a table WITH SYSTEM VERSIONING (``binlog.schema.SYSTEM_TIME_COLUMNS``), as the model has them.
+SYSTEM_TIME = tuple(
+    Column(c.name, c.data_type, c.column_type, c.charset, c.nullable, hidden=True) for c in SYSTEM_TIME_COLUMNS
+)
 
 
 def fold_name(name: str) -> str:

@@ -426,7 +426,8 @@ def test_forms_the_server_takes_that_a_reading_could_get_wrong(mariadb: MariaDB)
         f"CREATE DATABASE {schema}",
         f"CREATE DATABASE {other}",
         "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))",
-        "SET STATEMENT max_statement_time=100, sql_mode='' FOR ALTER TABLE t RENAME COLUMN a TO x, RENAME COLUMN b TO a",
+        "SET STATEMENT max_statement_time=100, sql_mode='' FOR "
+        "ALTER TABLE t RENAME COLUMN a TO x, RENAME COLUMN b TO a",
         "CREATE TABLE u (id INT PRIMARY KEY, `ß` VARCHAR(20), ss VARCHAR(20), z VARCHAR(20))",
         "ALTER TABLE u DROP COLUMN ss, CHANGE `ß` `ẞ2` VARCHAR(20) AFTER z",
         f"CREATE TABLE {other}.o (id INT PRIMARY KEY)",
@@ -459,3 +460,72 @@ def test_the_keyword_of_a_statement_behind_set_statement_is_its_own() -> None:
     assert _statement_keyword("SET STATEMENT max_statement_time=100 FOR ALTER TABLE t ADD c INT") == "ALTER"
     assert _statement_keyword("set statement sql_mode='a,b', x=(1) for\nDROP TABLE t") == "DROP"
     assert _statement_keyword("SET @a = 1") == "SET"
+
+
+def test_system_versioned_tables_have_the_columns_of_their_row_images(mariadb: MariaDB) -> None:
+    """A table WITH SYSTEM VERSIONING that names no ROW START/END column of its own has two more in every row image
+    (row_start, row_end: last, even after a column is added), which information_schema does not show. The model,
+    the baseline read from information_schema and the stream's own look-ups each have them; a table with its own
+    ROW START/END columns has no others. The names the binlog carries (row metadata FULL here) are the truth."""
+    from binlog.schema import InformationSchemaProvider
+
+    schema = "ddlversioned"
+    keep = "SET STATEMENT system_versioning_alter_history=KEEP FOR "
+    statements = [
+        f"CREATE DATABASE {schema}",
+        "CREATE TABLE v (id INT PRIMARY KEY, x INT) WITH SYSTEM VERSIONING",
+        "INSERT INTO v VALUES (1, 2)",
+        keep + "ALTER TABLE v ADD COLUMN z INT, ADD COLUMN f INT FIRST",
+        "INSERT INTO v (id) VALUES (2)",
+        "CREATE TABLE w (id INT PRIMARY KEY, x INT WITHOUT SYSTEM VERSIONING, y INT WITH SYSTEM VERSIONING)",
+        "INSERT INTO w VALUES (1, 2, 3)",
+        "CREATE TABLE e (id INT PRIMARY KEY, rs TIMESTAMP(6) GENERATED ALWAYS AS ROW START, "
+        "re TIMESTAMP(6) GENERATED ALWAYS AS ROW END, PERIOD FOR SYSTEM_TIME(rs, re), y INT) WITH SYSTEM VERSIONING",
+        "INSERT INTO e (id, y) VALUES (1, 2)",
+        "CREATE TABLE p (id INT, x INT)",
+        "ALTER TABLE p ADD SYSTEM VERSIONING",
+        "INSERT INTO p VALUES (1, 2)",
+        "CREATE TABLE l LIKE v",
+        "INSERT INTO l (id) VALUES (1)",
+        keep + "ALTER TABLE v DROP SYSTEM VERSIONING",
+        "INSERT INTO v (id) VALUES (3)",
+    ]
+    mariadb.execute(f"DROP DATABASE IF EXISTS {schema}")
+    conn = mariadb.connect()
+    model = SchemaModel(server_charset="utf8mb4")
+    seen: dict[str, list[str]] = {}
+
+    def query(sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return list(cur.fetchall())
+
+    provider = InformationSchemaProvider({**mariadb.replication_settings(), "charset": "utf8mb4"})
+    try:
+        for sql in statements:
+            file, pos = mariadb.binlog_position()
+            query(sql)
+            if sql == statements[0]:
+                query(f"USE {schema}")
+            for trx in read_binlog_files([mariadb.datadir / file], start=pos):
+                for default, logged in zip(trx.schemas, trx.statements, strict=True):
+                    apply_statement(model, default, logged)
+                for change in trx.changes:
+                    binlog_names = list(change.columns)
+                    assert [c.name for c in model.tables[(schema, change.table)].columns] == binlog_names, sql
+                    provider.invalidate()
+                    looked_up = provider.table(schema, change.table)
+                    assert looked_up is not None and [c.name for c in looked_up.columns] == binlog_names, sql
+                    seen[change.table] = binlog_names
+            _assert_same(model, read_model(query, [schema]), sql)
+    finally:
+        provider.close()
+        conn.close()
+        mariadb.execute(f"DROP DATABASE IF EXISTS {schema}")
+    assert seen == {
+        "v": ["f", "id", "x", "z"],
+        "w": ["id", "x", "y", "row_start", "row_end"],
+        "e": ["id", "rs", "re", "y"],
+        "p": ["id", "x", "row_start", "row_end"],
+        "l": ["f", "id", "x", "z", "row_start", "row_end"],
+    }

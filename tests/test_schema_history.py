@@ -240,3 +240,31 @@ def test_uncertain_labels_are_kept_in_the_store() -> None:
     SchemaVersion.objects.filter(source="labels").update(baseline=False)  # from DDL: its labels are the server's
     loaded = history.load()[0].definition
     assert loaded is not None and [c.labels_uncertain for c in loaded.columns] == [False, False]
+
+
+def test_a_system_versioned_tables_hidden_columns_are_kept_in_the_store() -> None:
+    """row_start and row_end stay hidden across a save and a load: a column added later still goes before them."""
+    from binlog.ddl import apply_statement
+    from binlog.position import Position
+    from binlog.schemahistory import Version
+    from binlog.schemamodel import SchemaModel
+    from relay.store.schemahistory import StoreHistory
+
+    model = SchemaModel()
+    apply_statement(
+        model, "s", "CREATE TABLE t (id INT PRIMARY KEY, e ENUM('?') CHARSET utf8mb4) WITH SYSTEM VERSIONING"
+    )
+    definition = model.tables[("s", "t")]
+    assert [(c.name, c.hidden) for c in definition.columns] == [
+        ("id", False),
+        ("e", False),
+        ("row_start", True),
+        ("row_end", True),
+    ]
+    history = StoreHistory("versioned")
+    history.save([Version("s", "t", Position("binlog.000001", 4), definition, "CREATE TABLE t ...")])
+    loaded = history.load()[0].definition
+    assert loaded == definition
+    model.tables[("s", "t")] = loaded
+    apply_statement(model, "s", "ALTER TABLE t ADD COLUMN z INT")
+    assert [c.name for c in model.tables[("s", "t")].columns] == ["id", "e", "z", "row_start", "row_end"]

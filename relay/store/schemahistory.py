@@ -43,18 +43,19 @@ def _row(source: str, version: Version) -> SchemaVersion:
         binlog_pos=version.position.pos,
         gtid=version.position.gtid,
         exists=definition is not None,
-        # A sixth item only for a column whose labels are uncertain (rows stored before it have five).
-        columns=[
-            [c.name, c.data_type, c.column_type, c.charset, c.nullable, *([True] if c.labels_uncertain else [])]
-            for c in definition.columns
-        ]
-        if definition is not None
-        else [],
+        # A sixth item only for a column whose labels are uncertain, a seventh only for a hidden one (rows stored
+        # before them have five, or six).
+        columns=[_column_row(c) for c in definition.columns] if definition is not None else [],
         primary_key=list(definition.primary_key) if definition is not None else [],
         charset=definition.charset if definition is not None else "",
         statement=version.statement,
         baseline=version.baseline,
     )
+
+
+def _column_row(c: Column) -> list[object]:
+    extra: list[object] = [c.labels_uncertain, True] if c.hidden else [True] if c.labels_uncertain else []
+    return [c.name, c.data_type, c.column_type, c.charset, c.nullable, *extra]
 
 
 def _version(row: SchemaVersion) -> Version:
@@ -65,7 +66,9 @@ def _version(row: SchemaVersion) -> Version:
         from_server = row.baseline or row.statement.startswith(REREAD_STATEMENT)
         columns = []
         for c in row.columns:
-            column = Column(c[0], c[1], c[2], c[3], bool(c[4]), bool(c[5]) if len(c) > 5 else False)
+            column = Column(
+                c[0], c[1], c[2], c[3], bool(c[4]), len(c) > 5 and bool(c[5]), hidden=len(c) > 6 and bool(c[6])
+            )
             if len(c) <= 5 and from_server and labels_may_be_mangled(column, "utf8mb3"):
                 column = replace(column, labels_uncertain=True)
             columns.append(column)
