@@ -304,3 +304,21 @@ def test_usage_minutes_are_of_this_hosts_clock_when_the_source_is_skewed() -> No
     minutes = list(UsageMinute.objects.filter(table_name="orders").values_list("minute", "inserts"))
     here = 1_700_000_000 - 900
     assert minutes == [(here - here % 60, 3)]
+
+
+def test_a_client_deleted_between_the_parts_of_a_large_transaction_gets_nothing_and_stops_nothing() -> None:
+    """The parts after a large transaction's first keep its filters but read the clients again: a client deleted
+    meanwhile has no queue in that read, and its changes go nowhere (they stopped the worker with a KeyError)."""
+    doomed = store.open_session("doomed")
+    store.add_filter(doomed.client_id, 7, "shop", "orders")
+    bystander = store.open_session("bystander")
+    store.add_filter(bystander.client_id, 7, "shop", "*")
+    WorkerStatus.objects.get_or_create(source="src")
+    ingestor = Ingestor("src")
+    with transaction.atomic():
+        ingestor.apply(batch(range(1, 11)), checkpoint=False, refresh_filters=True)
+    store.delete_client(doomed.client_id)
+    with transaction.atomic():
+        ingestor.apply(batch(range(11, 21)), checkpoint=True, refresh_filters=False)
+    assert ids_in_queue(bystander.client_id) == [str(i) for i in range(1, 21)]
+    assert not QueueEntry.objects.filter(client_id=doomed.client_id).exists()

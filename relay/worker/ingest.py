@@ -249,7 +249,11 @@ class Ingestor:
         """
         kept = 0
         for sub in subscriptions:
-            queue = queues[sub.client_id]
+            queue = queues.get(sub.client_id)
+            if queue is None:
+                # Deleted since the filters were loaded (a large transaction's later part reads the clients again,
+                # the filters of its first part stay): the changes go nowhere, as they would after the delete.
+                continue
             size = queue.last - queue.acked
             take = count
             limit = sub.queue_limit

@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pymysql
-from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.db import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from django.utils import timezone
@@ -142,6 +149,16 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     return (*errors, psycopg2.OperationalError, psycopg2.InterfaceError)
 
 
+#: PostgreSQL's foreign_key_violation: a batch's queue entries name a client deleted after the batch read the clients.
+_FOREIGN_KEY_VIOLATION = "23503"
+
+
+def _client_deleted_under_batch(exc: IntegrityError) -> bool:
+    """The batch's commit found a client its entries name gone: deleted (the admin's delete, a client's own) while the
+    batch was written. The foreign keys are checked at COMMIT, so nothing locked the client until then."""
+    return getattr(exc.__cause__, "pgcode", None) == _FOREIGN_KEY_VIOLATION
+
+
 # Failures of the first connection to the source that a retry can fix (it is down, restarting, or the network is).
 _SOURCE_UNREACHABLE = (ConnectionLostError, OSError, pymysql.err.OperationalError, pymysql.err.InterfaceError)
 STORE_RETRY_MAX_SECONDS = 30.0
@@ -239,6 +256,16 @@ class Worker:
                     return self._run_active(should_stop, lock)
                 finally:
                     lock.release()
+            except IntegrityError as exc:
+                if not _client_deleted_under_batch(exc):
+                    raise
+                # Its transaction rolled back whole: the run starts again at the checkpoint, and the batch, written
+                # again, finds the client gone with its filters. Other clients lose nothing and get nothing twice.
+                log.warning(
+                    "a client was deleted while a batch for it was being written (%s); writing the batch again "
+                    "from the checkpoint",
+                    first_line(exc),
+                )
             except _store_errors() as exc:
                 # The store went away: its transaction rolled back, the checkpoint is before it. Wait for the store
                 # and start over from the checkpoint, as a standby first if another worker took the lock meanwhile.
