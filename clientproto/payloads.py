@@ -153,7 +153,8 @@ def decode_addfilter(payload: bytes) -> AddFilterRequest:
     types, policy, limit = reader.unpack(_FILTER, "FilterType/FilterDiscardType/FilterQueueLimit")
     check_types(reader, types, 0)
     if policy not in DiscardPolicy._value2member_map_:
-        raise reader.fail(f"FilterDiscardType {policy} at offset 1 is not 0, 1 or 2")
+        # The original dropped the new change for any non-zero type but 1: a client that sends 3 keeps that meaning.
+        policy = DiscardPolicy.IGNORE_NEWEST
     schema, table = read_filter_names(reader)
     return AddFilterRequest(types, policy, limit, schema, table)
 

@@ -227,6 +227,10 @@ def test_addfilter_roundtrip() -> None:
     payload = cp.encode_addfilter(0x05, "shop", "ord*", limit=-1, policy=2)
     assert payload == h("05 02 ff ff ff ff 05 00 00 00") + b"shop\x00" + h("05 00 00 00") + b"ord*\x00"
     assert roundtrip_request(Command.ADDFILTER, payload) == cp.AddFilterRequest(5, 2, -1, "shop", "ord*")
+    # The original dropped the new change for any FilterDiscardType but 0 and 1: so does the relay.
+    for policy in (3, 0x80, 0xFF):
+        payload = cp.encode_addfilter(0x01, "s", "t", limit=5, policy=policy)
+        assert roundtrip_request(Command.ADDFILTER, payload) == cp.AddFilterRequest(1, 2, 5, "s", "t")
 
 
 def test_poll_requests_ignore_payload() -> None:
@@ -628,7 +632,6 @@ MALFORMED: list[tuple[int, bytes, type[ProtocolError], str]] = [
     (Command.ADDFILTER, b"\x01\x00", MalformedPayload, "ADDFILTER: FilterType/FilterDiscardType/FilterQueueLimit"),
     (Command.ADDFILTER, cp.encode_addfilter(0, "s", "t"), MalformedPayload, "FilterType 0x00"),
     (Command.ADDFILTER, cp.encode_addfilter(8, "s", "t"), MalformedPayload, "FilterType 0x08"),
-    (Command.ADDFILTER, cp.encode_addfilter(1, "s", "t", policy=3), MalformedPayload, "FilterDiscardType 3"),
     (Command.ADDFILTER, cp.encode_addfilter(1, "", "t"), MalformedPayload, "SchemaName at offset 6 is empty"),
     (Command.ADDFILTER, cp.encode_addfilter(1, "s", ""), MalformedPayload, "TableName at offset 12 is empty"),
     (
