@@ -167,6 +167,34 @@ def test_a_locked_store_gives_a_red_verdict_in_bounded_time(
     assert "store_unreachable" not in reason_codes(viewer.get("/healthz").json())
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_holding_the_sqlite_store_delays_no_health_read(viewer: HttpClient, filled) -> None:
+    """The worker holds SQLite's write lock for the whole of a large transaction (or frozen inside one): /healthz and
+    /metrics read past it at once (they began IMMEDIATE transactions and waited 30 s, then blamed the store)."""
+    import sqlite3
+
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip(
+            "the SQLite store's write lock (PostgreSQL: test_a_locked_store_gives_a_red_verdict_in_bounded_time)"
+        )
+    writer = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE relay_queuestate SET max_queue = max_queue")
+        for url in ("/healthz", "/metrics"):
+            started = time.monotonic()
+            response = viewer.get(url)
+            assert time.monotonic() - started < 3, url
+            assert b"store_unreachable" not in response.content or b'reason="store_unreachable",level="red"} 0' in (
+                response.content
+            ), response.content[:2000]
+    finally:
+        writer.rollback()
+        writer.close()
+
+
 @pytest.mark.django_db
 def test_backlog_summary_orders_and_links(filled) -> None:
     rows = dashboard.client_rows(with_history=False)
