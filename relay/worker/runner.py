@@ -149,6 +149,18 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     return (*errors, psycopg2.OperationalError, psycopg2.InterfaceError)
 
 
+#: PostgreSQL's read_only_sql_transaction: the store takes no writes (a hot standby after a fail-over, or
+#: default_transaction_read_only), which Django raises as an InternalError.
+_READ_ONLY_STORE = "25006"
+
+
+def _store_failed(exc: BaseException) -> bool:
+    """The store cannot be reached, or refuses writes: what waiting for it can fix (the process keeps running)."""
+    if isinstance(exc, _store_errors()):
+        return True
+    return _READ_ONLY_STORE in (getattr(exc, "pgcode", None), getattr(exc.__cause__, "pgcode", None))
+
+
 #: PostgreSQL's foreign_key_violation: a batch's queue entries name a client deleted after the batch read the clients.
 _FOREIGN_KEY_VIOLATION = "23503"
 
@@ -266,7 +278,9 @@ class Worker:
                     "from the checkpoint",
                     first_line(exc),
                 )
-            except _store_errors() as exc:
+            except Exception as exc:
+                if not _store_failed(exc):
+                    raise
                 # The store went away: its transaction rolled back, the checkpoint is before it. Wait for the store
                 # and start over from the checkpoint, as a standby first if another worker took the lock meanwhile.
                 with contextlib.suppress(Exception):  # closing a connection to a store that is gone may fail anyhow
