@@ -319,10 +319,15 @@ def test_the_clauses_of_one_alter_name_the_columns_as_they_were_before_it(mariad
 
 
 def _follow(
-    mariadb: MariaDB, schemas: list[str], statements: list[str], check: Callable[[str, SchemaModel], None]
+    mariadb: MariaDB,
+    schemas: list[str],
+    statements: list[str],
+    check: Callable[[str, SchemaModel], None],
+    rows: Callable[[str, SchemaModel, Any], None] | None = None,
 ) -> SchemaModel:
     """Runs each statement on the server (the first creates the default database), applies what the binlog carries
-    to a model, and compares the model with information_schema after each; ``check`` sees the model then."""
+    to a model, and compares the model with information_schema after each; ``check`` sees the model then, and
+    ``rows`` each row change of the statement with the model as it stood when the change was written."""
     for name in schemas:
         mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
     conn = mariadb.connect()
@@ -343,6 +348,8 @@ def _follow(
             for trx in read_binlog_files([mariadb.datadir / file], start=pos):
                 for default, logged in zip(trx.schemas, trx.statements, strict=True):
                     apply_statement(model, default, logged)
+                for change in trx.changes if rows is not None else ():
+                    rows(sql, model, change)
             _assert_same(model, read_model(query, schemas), sql)
             check(sql, model)
         return model
@@ -490,38 +497,21 @@ def test_system_versioned_tables_have_the_columns_of_their_row_images(mariadb: M
         keep + "ALTER TABLE v DROP SYSTEM VERSIONING",
         "INSERT INTO v (id) VALUES (3)",
     ]
-    mariadb.execute(f"DROP DATABASE IF EXISTS {schema}")
-    conn = mariadb.connect()
-    model = SchemaModel(server_charset="utf8mb4")
     seen: dict[str, list[str]] = {}
-
-    def query(sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        with conn.cursor() as cur:
-            cur.execute(sql, params or None)
-            return list(cur.fetchall())
-
     provider = InformationSchemaProvider({**mariadb.replication_settings(), "charset": "utf8mb4"})
+
+    def rows(sql: str, model: SchemaModel, change: Any) -> None:
+        binlog_names = list(change.columns)
+        assert [c.name for c in model.tables[(schema, change.table)].columns] == binlog_names, sql
+        provider.invalidate()
+        looked_up = provider.table(schema, change.table)
+        assert looked_up is not None and [c.name for c in looked_up.columns] == binlog_names, sql
+        seen[change.table] = binlog_names
+
     try:
-        for sql in statements:
-            file, pos = mariadb.binlog_position()
-            query(sql)
-            if sql == statements[0]:
-                query(f"USE {schema}")
-            for trx in read_binlog_files([mariadb.datadir / file], start=pos):
-                for default, logged in zip(trx.schemas, trx.statements, strict=True):
-                    apply_statement(model, default, logged)
-                for change in trx.changes:
-                    binlog_names = list(change.columns)
-                    assert [c.name for c in model.tables[(schema, change.table)].columns] == binlog_names, sql
-                    provider.invalidate()
-                    looked_up = provider.table(schema, change.table)
-                    assert looked_up is not None and [c.name for c in looked_up.columns] == binlog_names, sql
-                    seen[change.table] = binlog_names
-            _assert_same(model, read_model(query, [schema]), sql)
+        _follow(mariadb, [schema], statements, lambda sql, model: None, rows)
     finally:
         provider.close()
-        conn.close()
-        mariadb.execute(f"DROP DATABASE IF EXISTS {schema}")
     assert seen == {
         "v": ["f", "id", "x", "z"],
         "w": ["id", "x", "y", "row_start", "row_end"],
