@@ -851,3 +851,26 @@ def test_a_failures_end_marker_says_what_the_store_holds_when_it_is_queued(meanw
     assert ends == expected[meanwhile]
     stored = Snapshot.objects.filter(id=snapshot.id).values_list("state", "error").first()
     assert stored == {"cancelled": ("cancelled", ""), "failed": ("failed", "earlier"), "deleted": None}[meanwhile]
+
+
+def test_clients_take_turns_at_the_snapshot_slot() -> None:
+    """One snapshot runs at a time. A client that asked for many tables delays another client's request by one
+    table, not by all of its own; a snapshot under way (resumed after a restart) comes first."""
+    from django.utils import timezone
+
+    from relay.store.snapshots import next_snapshot
+
+    for name in ("many", "one"):
+        subscribe(name, 7, "shop", "*")
+    many = request_snapshots(Client.objects.get(name="many"), [("shop", f"t{n}") for n in range(4)])
+    (one,) = request_snapshots(Client.objects.get(name="one"), [("shop", "t9")])
+    Snapshot.objects.filter(id=many[2].id).update(state=Snapshot.State.RUNNING, started=timezone.now())
+    excluding_the_running_one = next_snapshot([many[2].id])  # its end being written: the next turn is the other's
+    assert excluding_the_running_one is not None and excluding_the_running_one.id == one.id
+    order = []
+    while (snapshot := next_snapshot()) is not None:
+        order.append(snapshot.id)
+        Snapshot.objects.filter(id=snapshot.id).update(
+            state=Snapshot.State.DONE, started=timezone.now(), finished=timezone.now()
+        )
+    assert order == [many[2].id, one.id, many[0].id, many[1].id, many[3].id]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Max, Min
 from django.utils import timezone
 
 from binlog.snapshot import WhereError, check_where
@@ -93,6 +94,34 @@ def request_snapshots(client: Client, tables: Sequence[tuple[str, str]], where: 
             active.append(snapshot)
             snapshots.append(snapshot)
     return snapshots
+
+
+def next_snapshot(excluded: Sequence[int] = ()) -> Snapshot | None:
+    """The snapshot the worker reads next (one at a time): one under way first (a worker resumes it after a
+    restart), else the oldest request of the client whose last snapshot started longest ago (or never). So clients
+    take turns: one that asked for a hundred tables delays another's request by one table, not by a hundred.
+    ``excluded``: snapshots not to take (their end is being written)."""
+    active = Snapshot.objects.filter(state__in=Snapshot.ACTIVE).exclude(id__in=excluded)
+    running = active.filter(state=Snapshot.State.RUNNING).order_by("id").first()
+    if running is not None:
+        return running
+    firsts = dict(
+        active.filter(state=Snapshot.State.PENDING)
+        .values("client_id")
+        .annotate(first=Min("id"))
+        .values_list("client_id", "first")
+    )
+    if not firsts:
+        return None
+    last_started = dict(
+        Snapshot.objects.filter(client_id__in=list(firsts), started__isnull=False)
+        .values("client_id")
+        .annotate(last=Max("started"))
+        .values_list("client_id", "last")
+    )
+    never = datetime.min.replace(tzinfo=timezone.get_current_timezone())
+    client = min(firsts, key=lambda client_id: (last_started.get(client_id) or never, firsts[client_id]))
+    return Snapshot.objects.filter(id=firsts[client]).first()
 
 
 def cancel_snapshots(snapshots: Sequence[Snapshot]) -> int:

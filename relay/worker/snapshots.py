@@ -1,12 +1,13 @@
 """Snapshots in the worker: a table's current rows, read a chunk at a time and queued where the stream makes them exact.
 
-One snapshot runs at a time (the oldest asked for first). A thread reads its next chunk from the source
-(binlog/snapshot.py) while the main thread goes on applying the stream; the main thread queues the chunk in the
-batch that reaches the chunk's point of the stream, placed between the transactions before that point and those
-after it, and writes the snapshot's progress (its last key) in that same store transaction, with the checkpoint. So
-the client's queue holds, in order: every change up to the point, then the chunk's rows as they were at that point,
-then the changes after it. Applied in order (rows as upserts, deletes as deletes), the client's copy equals the
-table. A worker killed at any instant resumes at the checkpoint, and the snapshot after its stored last key.
+One snapshot runs at a time (clients take turns: relay.store.snapshots.next_snapshot). A thread reads its next chunk
+from the source (binlog/snapshot.py) while the main thread goes on applying the stream; the main thread queues the
+chunk in the batch that reaches the chunk's point of the stream, placed between the transactions before that point
+and those after it, and writes the snapshot's progress (its last key) in that same store transaction, with the
+checkpoint. So the client's queue holds, in order: every change up to the point, then the chunk's rows as they were
+at that point, then the changes after it. Applied in order (rows as upserts, deletes as deletes), the client's copy
+equals the table. A worker killed at any instant resumes at the checkpoint, and the snapshot after its stored last
+key.
 
 The chunk's point is (binlog/snapshot.py):
 
@@ -60,6 +61,7 @@ from binlog.snapshot import (
 from binlog.table import TableInfo
 from relay.config import SnapshotConfig
 from relay.models import Snapshot
+from relay.store.snapshots import next_snapshot
 
 log = logging.getLogger("relay.worker")
 
@@ -240,8 +242,7 @@ class SnapshotCoordinator:
             return
         # A snapshot whose end marker waits for the next batch is still active in the store until that batch
         # commits: picked again now, it would fail (or end) a second time, with a second end marker.
-        ending = [ended.snapshot_id for ended, _, _ in self._finishing]
-        snapshot = Snapshot.objects.filter(state__in=Snapshot.ACTIVE).exclude(id__in=ending).order_by("id").first()
+        snapshot = next_snapshot([ended.snapshot_id for ended, _, _ in self._finishing])
         if snapshot is None:
             return
         self._job = _Job(
