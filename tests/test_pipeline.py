@@ -255,6 +255,8 @@ def test_a_binlog_given_twice_is_counted_once(spark: Any, fresh_schema: tuple[Ma
     (tmp_path / "link").symlink_to(folder)
     logs = tmp_path / "logs"
     write_change_logs(files, logs, schema, {"json"})
+    cut = copies / f"cut.{files[0].name.rpartition('.')[2]}"  # taken while its server still wrote it
+    cut.write_bytes(files[0].read_bytes()[: files[0].stat().st_size * 2 // 3])
     spec = f"{copies},{folder},{tmp_path / 'link' / files[2].name}"
 
     out = tmp_path / "out"
@@ -264,6 +266,10 @@ def test_a_binlog_given_twice_is_counted_once(spark: Any, fresh_schema: tuple[Ma
     assert report.skipped == [
         (f"file:{folder / files[1].name}", f"duplicate of file:{renamed}, not counted"),
         (f"file:{tmp_path / 'link' / files[2].name}", f"duplicate of file:{folder / files[2].name}, not counted"),
+        (
+            f"file:{cut}",
+            f"the first {cut.stat().st_size:,} bytes of file:{folder / files[0].name} (a copy cut short), not counted",
+        ),
     ]
     assert sorted(Path(f.path).name for f in report.files if f.source == "binlog") == sorted(
         [files[0].name, renamed.name, files[2].name]
@@ -271,7 +277,7 @@ def test_a_binlog_given_twice_is_counted_once(spark: Any, fresh_schema: tuple[Ma
     assert column_counts(spark, out, schema) == expected_columns(w, server)
     left = {Path(binlog).name for f in report.files for binlog, _, _ in f.left_to_binlogs}
     assert left == {files[0].name, renamed.name, files[2].name}
-    assert "2 skipped" in report.summary()
+    assert "3 skipped" in report.summary()
 
 
 def test_copies_are_found_by_content_reading_no_more_than_needed() -> None:
@@ -298,6 +304,28 @@ def test_copies_are_found_by_content_reading_no_more_than_needed() -> None:
     heads = [(uri, head) for uri in ("a", "b", "c", "big1", "big2", "big3", "big4")]
     wholes: list[tuple[str, int | None]] = [(uri, None) for uri in ("big1", "big2", "big3")]
     assert sorted(reads, key=str) == sorted(heads + wholes, key=str)
+
+
+def test_cut_copies_are_found_by_content() -> None:
+    """A file whose bytes are all the start of a longer file's is a copy cut short: the longest is counted. Files
+    with another start, or that go on differently, are not; a file shorter than KEY_BYTES is left alone."""
+    head, key = identity.HEAD_BYTES, identity.KEY_BYTES
+    whole = b"F" * key + bytes(range(256)) * (head // 64)  # longer than HEAD_BYTES
+    contents = {
+        "whole": whole,
+        "cut": whole[: head + 1000],  # past HEAD_BYTES: compared whole against the start of "whole"
+        "cut_small": whole[: key + 10],
+        "cut_of_cut": whole[: head // 2],
+        "other": whole[: key + 50] + b"a different tail",
+        "other_start": b"G" * key + whole[key:],
+        "tiny": whole[:20],
+    }
+
+    def digest(uri: str, limit: int | None) -> bytes:
+        return contents[uri][:limit]
+
+    cut = identity.find_cut_copies(((uri, len(data)) for uri, data in contents.items()), digest)
+    assert cut == {"cut": "whole", "cut_small": "whole", "cut_of_cut": "whole"}
 
 
 def test_every_file_of_an_input_directory_is_in_the_report(

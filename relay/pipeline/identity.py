@@ -8,6 +8,12 @@ the same GTID list, and the second may then hold transactions the first does not
 first, which reads nothing; files of the same size by a digest of their first ``HEAD_BYTES``; and only files equal
 that far by a digest of all their bytes, which reads them once more than the decode does. Different binlogs of an
 archive seldom have the same size, so in practice only real copies and small files are read here.
+
+A copy can also be cut short: taken while its server was still writing the file, or interrupted. Its bytes are then
+the start of the whole file's, and counting both counts its transactions twice (change log lines alike). Files that
+begin with the same ``KEY_BYTES`` (a binlog's format description, with the second it was created in; a change log's
+first line) are compared further, shortest against longer: a file whose bytes are all the start of a longer one's is
+that one's cut copy, and only the longer is counted.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from collections.abc import Callable, Iterable
 
 # Bytes compared before whole files are: enough to cover a binlog's header events and its first transactions.
 HEAD_BYTES = 1 << 16
+# The start that files must share to be one another's cut copies. A shorter file counts nothing (a binlog's format
+# description alone is longer) and is left alone.
+KEY_BYTES = 128
 
 # digest(uri, limit): a digest of the file's first ``limit`` bytes, or of all of them when ``limit`` is None.
 Digest = Callable[[str, int | None], bytes]
@@ -36,6 +45,29 @@ def find_copies(files: Iterable[tuple[str, int]], digest: Digest) -> dict[str, s
             for original, *others in groups:
                 copies.update((other, original) for other in others)
     return copies
+
+
+def find_cut_copies(files: Iterable[tuple[str, int]], digest: Digest) -> dict[str, str]:
+    """Cut copy URI -> the URI of the longest file of ``files`` whose bytes it starts (files of different sizes)."""
+    by_key: dict[bytes, list[tuple[int, str]]] = {}
+    for uri, size in files:
+        if size >= KEY_BYTES:
+            by_key.setdefault(digest(uri, KEY_BYTES), []).append((size, uri))
+    cut: dict[str, str] = {}
+    for members in by_key.values():
+        members.sort(key=lambda member: -member[0])  # longest first, each compared with the longer ones
+        for at, (size, uri) in enumerate(members):
+            longer = [other for other_size, other in members[:at] if other_size > size and other not in cut]
+            head = min(size, HEAD_BYTES)
+            if longer:
+                start = digest(uri, head)
+                longer = [other for other in longer if digest(other, head) == start]
+            if longer and size > HEAD_BYTES:
+                whole = digest(uri, None)
+                longer = [other for other in longer if digest(other, size) == whole]
+            if longer:
+                cut[uri] = longer[0]
+    return cut
 
 
 def _groups(uris: list[str], key: Callable[[str], bytes]) -> list[list[str]]:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay.pipeline.identity import find_copies
+from relay.pipeline.identity import find_copies, find_cut_copies
 
 # binlog.000042, mysql-bin.000001, mariadb-bin.123456: a base name and a numeric extension of six digits or more.
 BINLOG_NAME = re.compile(r"^.+\.\d{6,}$")
@@ -243,8 +243,8 @@ def expand(hadoop: HadoopFiles, spec: str, pattern: re.Pattern[str], what: str) 
     return listing
 
 
-def find_input_copies(hadoop: HadoopFiles, files: list[tuple[str, int]]) -> dict[str, str]:
-    """Copy URI -> original URI among ``files``: see ``identity``."""
+def find_input_copies(hadoop: HadoopFiles, files: list[tuple[str, int]]) -> dict[str, tuple[str, str]]:
+    """Copy URI -> (original URI, why it is not counted) among ``files``: see ``identity``."""
 
     def digest(uri: str, limit: int | None) -> bytes:
         try:
@@ -253,7 +253,15 @@ def find_input_copies(hadoop: HadoopFiles, files: list[tuple[str, int]]) -> dict
             # Equal to no other file's digest: the file is read by its task like any other, and reported there.
             return b"unreadable " + uri.encode()
 
-    return find_copies(files, digest)
+    copies = {
+        copy: (original, f"duplicate of {original}, not counted")
+        for copy, original in find_copies(files, digest).items()
+    }
+    sizes = dict(files)
+    rest = [(uri, size) for uri, size in files if uri not in copies]
+    for copy, original in find_cut_copies(rest, digest).items():
+        copies[copy] = (original, f"the first {sizes[copy]:,} bytes of {original} (a copy cut short), not counted")
+    return copies
 
 
 def last_of_series(binlogs: list[str]) -> set[str]:
@@ -297,6 +305,6 @@ def _listed(hadoop: HadoopFiles, inputs: Inputs, listing: Listing) -> list[tuple
     for passed_over in listing.passed_over:
         (inputs.not_read if passed_over.uncounted else inputs.skipped).append((passed_over.uri, passed_over.why))
     copies = find_input_copies(hadoop, listing.found)
-    inputs.copies.update(copies)
-    inputs.skipped += [(copy, f"duplicate of {original}, not counted") for copy, original in copies.items()]
+    inputs.copies.update((copy, original) for copy, (original, _) in copies.items())
+    inputs.skipped += [(copy, why) for copy, (_, why) in copies.items()]
     return [(uri, size) for uri, size in listing.found if uri not in copies]
