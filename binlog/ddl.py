@@ -310,6 +310,22 @@ def build_column(spec: _ColumnSpec, table_charset: str) -> Column:
 
 # -- the parser ----------------------------------------------------------------------------------------------------
 
+#: A SEQUENCE is a table of one row, which NEXTVAL, SETVAL and ALTER SEQUENCE rewrite: its row changes are in the
+#: binlog like any table's, in these columns (MariaDB 10.3 on; information_schema.COLUMNS shows them so).
+SEQUENCE_COLUMNS = tuple(
+    Column(name, column_type.split("(")[0], column_type, None, False)
+    for name, column_type in (
+        ("next_not_cached_value", "bigint(21)"),
+        ("minimum_value", "bigint(21)"),
+        ("maximum_value", "bigint(21)"),
+        ("start_value", "bigint(21)"),
+        ("increment", "bigint(21)"),
+        ("cache_size", "bigint(21) unsigned"),
+        ("cycle_option", "tinyint(1) unsigned"),
+        ("cycle_count", "bigint(21)"),
+    )
+)
+
 _TABLE_CONSTRAINT_WORDS = ("PRIMARY", "KEY", "INDEX", "UNIQUE", "FULLTEXT", "SPATIAL", "CONSTRAINT", "FOREIGN")
 _ALTER_SKIP_AFTER_ADD = ("INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN", "CHECK", "PARTITION")
 
@@ -622,7 +638,7 @@ def _changes_tables(tokens: list[Token]) -> bool:
     head = [t.text.upper() for t in tokens[start : start + 6] if t.kind == "word"]
     if not head or head[0] not in ("CREATE", "ALTER", "DROP", "RENAME") or "TEMPORARY" in head:
         return False
-    return any(word in ("TABLE", "TABLES", "DATABASE", "SCHEMA") for word in head[1:])
+    return any(word in ("TABLE", "TABLES", "DATABASE", "SCHEMA", "SEQUENCE") for word in head[1:])
 
 
 class DdlApplier:
@@ -670,8 +686,11 @@ class DdlApplier:
             return
         if p.accept("TEMPORARY"):
             return  # temporary tables are the session's own: they never appear in TABLE_MAPs of other tables
+        if p.accept("SEQUENCE"):
+            self._create_sequence(p, default_schema, changes)
+            return
         if not p.accept("TABLE"):
-            return  # views, indexes, triggers, routines, sequences...
+            return  # views, indexes, triggers, routines...
         if_not_exists = p.if_not_exists()
         schema_, table_ = p.qualified()
         schema = self._schema(schema_, default_schema)
@@ -740,6 +759,17 @@ class DdlApplier:
             elif pk and row_end:
                 pk = (*pk, row_end[0])
         definition = TableDef(tuple(_with_pk(columns, pk)), pk, charset)
+        self.model.put(schema, table, definition)
+        changes.append(Change(*self.model.stored_name(schema, table), definition))
+
+    def _create_sequence(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
+        if_not_exists = p.if_not_exists()
+        schema_, table_ = p.qualified()
+        schema = self._schema(schema_, default_schema)
+        table = self.model.name(table_)
+        if if_not_exists and self.model.get(schema, table) is not None:
+            return
+        definition = TableDef(SEQUENCE_COLUMNS, (), self.model.database_charset(schema))
         self.model.put(schema, table, definition)
         changes.append(Change(*self.model.stored_name(schema, table), definition))
 
@@ -992,7 +1022,7 @@ class DdlApplier:
             return
         if p.accept("TEMPORARY"):
             return
-        if not p.accept("TABLE", "TABLES"):
+        if not p.accept("TABLE", "TABLES", "SEQUENCE"):
             return
         p.if_exists()
         while True:

@@ -514,7 +514,7 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
     versioned: set[tuple[str, str]] = set()
     for schema, table, collation, kind in query(
         "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION, TABLE_TYPE FROM information_schema.TABLES "
-        f"WHERE TABLE_TYPE IN ('BASE TABLE', '{SYSTEM_VERSIONED}')"
+        f"WHERE TABLE_TYPE IN ('BASE TABLE', '{SYSTEM_VERSIONED}', 'SEQUENCE')"
     ):
         if _text(schema) not in system and (wanted is None or _text(schema) in wanted):
             table_charsets[(_text(schema), _text(table))] = _charset(_text(collation or "binary"))

@@ -519,3 +519,33 @@ def test_system_versioned_tables_have_the_columns_of_their_row_images(mariadb: M
         "p": ["id", "x", "row_start", "row_end"],
         "l": ["f", "id", "x", "z", "row_start", "row_end"],
     }
+
+
+def test_sequences_are_tables_of_their_own_columns(mariadb: MariaDB) -> None:
+    """NEXTVAL, SETVAL and ALTER SEQUENCE write a sequence's one row to the binlog: the model knows its columns from
+    CREATE SEQUENCE (and OR REPLACE, IF NOT EXISTS), follows RENAME TABLE and DROP SEQUENCE, and the baseline reads
+    sequences from information_schema too."""
+    schema = "ddlsequence"
+    statements = [
+        f"CREATE DATABASE {schema}",
+        "CREATE SEQUENCE s1",
+        "SELECT NEXTVAL(s1)",
+        "CREATE OR REPLACE SEQUENCE s1 START WITH 10 INCREMENT BY 5",
+        "CREATE SEQUENCE IF NOT EXISTS s1",
+        "CREATE TABLE t (id INT PRIMARY KEY DEFAULT NEXTVAL(s1), v INT)",
+        "INSERT INTO t (v) VALUES (1)",
+        "RENAME TABLE s1 TO s2",
+        "SELECT SETVAL(s2, 100)",
+        "ALTER SEQUENCE s2 RESTART 7",
+        "SELECT NEXTVAL(s2)",
+        "DROP SEQUENCE IF EXISTS s2, nope",
+    ]
+    seen: dict[str, list[str]] = {}
+
+    def rows(sql: str, model: SchemaModel, change: Any) -> None:
+        assert [c.name for c in model.tables[(schema, change.table)].columns] == list(change.columns), sql
+        seen.setdefault(change.table, list(change.columns))
+
+    model = _follow(mariadb, [schema], statements, lambda sql, model: None, rows)
+    assert set(seen) == {"s1", "s2", "t"} and seen["s2"][0] == "next_not_cached_value"
+    assert list(model.tables) == [(schema, "t")]  # the sequence dropped
