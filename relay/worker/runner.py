@@ -268,31 +268,26 @@ class Worker:
                     return self._run_active(should_stop, lock)
                 finally:
                     lock.release()
-            except IntegrityError as exc:
-                if not _client_deleted_under_batch(exc):
-                    raise
-                # Its transaction rolled back whole: the run starts again at the checkpoint, and the batch, written
-                # again, finds the client gone with its filters. Other clients lose nothing and get nothing twice.
-                log.warning(
-                    "a client was deleted while a batch for it was being written (%s); writing the batch again "
-                    "from the checkpoint",
-                    first_line(exc),
-                )
             except Exception as exc:
-                if not _store_failed(exc):
+                deleted = isinstance(exc, IntegrityError) and _client_deleted_under_batch(exc)
+                if not deleted and not _store_failed(exc):
                     raise
-                # The store went away: its transaction rolled back, the checkpoint is before it. Wait for the store
-                # and start over from the checkpoint, as a standby first if another worker took the lock meanwhile.
+                # The batch's transaction rolled back whole, the checkpoint is before it: start over from the
+                # checkpoint (as a standby first if another worker took the lock meanwhile), once the store is back.
+                # A client deleted under the batch: written again, it finds the client gone with its filters, and
+                # the others lose nothing and get nothing twice.
                 with contextlib.suppress(Exception):  # closing a connection to a store that is gone may fail anyhow
                     connection.close()
                 # Unreachable, restarting, or refusing writes (its disk is full): the same wait, named by its error.
+                what = "a client was deleted while a batch for it was written" if deleted else "store failed"
                 if should_stop():
-                    log.warning("store failed (%s); stopping as asked", first_line(exc))
+                    log.warning("%s (%s); stopping as asked", what, first_line(exc))
                     return EXIT_OK
                 attempt = 1 if time.monotonic() - run_started > 60 else attempt + 1
                 delay = min(0.5 * 2 ** (attempt - 1), STORE_RETRY_MAX_SECONDS)
                 log.warning(
-                    "store failed (%s); nothing is lost: attempt %d, retrying from the checkpoint in %.1fs",
+                    "%s (%s); nothing is lost: attempt %d, retrying from the checkpoint in %.1fs",
+                    what,
                     first_line(exc),
                     attempt,
                     delay,
