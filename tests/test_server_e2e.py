@@ -151,3 +151,31 @@ def test_long_poll_fetch_returns_within_50_ms_of_the_source_commit(fresh_schema:
     conn.close()
     assert statistics.median(delays) < 0.05, delays
     worker.stop()
+
+
+def test_runrelay_takes_writes_again_once_a_read_only_store_does() -> None:
+    """A store that refused writes for a while (a fail-over onto a hot standby): the relay's store connections opened
+    meanwhile were read-only for good, and AUTH of a new name failed on them long after the store took writes again.
+    They are dropped on the refusal, so the relay is whole again as soon as the store is."""
+    from django.db import connection
+
+    from tests.helpers.postgres import read_only_store
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs the PostgreSQL test store (SQLite has no read-only mode the relay meets)")
+    relay, port = start_relay()
+
+    def auth(name: str) -> bool:
+        try:
+            RelayClient("127.0.0.1", port, TEST_SECRET, name, reconnect=False, timeout=5).connect()
+            return True
+        except (OSError, ConnectionError, RuntimeError):
+            return False
+
+    with read_only_store():
+        for number in range(8):  # several store threads each open a read-only connection
+            assert not auth(f"during{number}")
+    wait_for(lambda: auth("after"), timeout=15, message="AUTH of a new name once the store takes writes")
+    assert all(auth(f"again{number}") for number in range(8))
+    assert relay.alive()
+    relay.stop()

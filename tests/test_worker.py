@@ -29,6 +29,7 @@ from relay.models import (
 from relay.store import rowcodec
 from relay.web.metrics import render_metrics
 from relay.worker.ingest import write_checkpoint
+from tests.helpers.postgres import read_only_store
 from tests.helpers.processes import RelayProcess
 from tests.helpers.queues import queue_size
 from tests.helpers.scratch import scratch_dir
@@ -175,8 +176,6 @@ def test_a_store_that_turns_read_only_is_waited_for(fresh_schema: tuple[MariaDB,
     """A PostgreSQL store that refuses writes (a fail-over onto a hot standby; here default_transaction_read_only
     and its sessions ended) is waited for like one that went away: the worker ended with an InternalError before, and
     nothing restarted it. Once writable again it goes on from the checkpoint, losing nothing."""
-    import psycopg2
-
     if connection.vendor != "postgresql":
         pytest.skip("needs the PostgreSQL test store (SQLite has no read-only mode a running worker meets)")
     server, schema = fresh_schema
@@ -185,19 +184,7 @@ def test_a_store_that_turns_read_only_is_waited_for(fresh_schema: tuple[MariaDB,
     worker = start_worker(server, server.binlog_position())
     server.execute(f"INSERT INTO `{schema}`.t VALUES (1)")
     caught_up(server, worker)
-    settings = connection.settings_dict
-    admin = psycopg2.connect(
-        dbname="postgres", user=settings["USER"], host=settings["HOST"], port=settings["PORT"] or 5432
-    )
-    admin.autocommit = True
-    database = settings["NAME"]
-    try:
-        with admin.cursor() as cursor:
-            cursor.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
-                [database, connection.cursor().connection.info.backend_pid],
-            )
+    with read_only_store():
         server.execute(f"INSERT INTO `{schema}`.t VALUES (2)")
         wait_for(
             lambda: "read-only transaction" in worker.output and "nothing is lost" in worker.output,
@@ -206,10 +193,6 @@ def test_a_store_that_turns_read_only_is_waited_for(fresh_schema: tuple[MariaDB,
         )
         time.sleep(2)
         assert worker.alive(), worker.output[-3000:]
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
-        admin.close()
     server.execute(f"INSERT INTO `{schema}`.t VALUES (3)")
     caught_up(server, worker, timeout=90)
     assert [key for *_, key in queue_of("c")] == ["1", "2", "3"]

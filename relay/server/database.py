@@ -21,6 +21,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 
+from relay.store.errors import refused_as_read_only
+
 T = TypeVar("T")
 
 THREAD_PREFIX = "relay-store"
@@ -52,10 +54,12 @@ class StoreThreads:
                 self._wrappers.add(wrapper)
         try:
             return function(*args)
-        except (OperationalError, InterfaceError):
-            # The connection may be dead (store restarted): drop it, the next call on this thread reconnects.
-            with contextlib.suppress(DatabaseError):
-                wrapper.close()
+        except DatabaseError as exc:
+            # The connection may be dead (store restarted), or read-only for good (opened while the store took no
+            # writes): drop it, the next call on this thread reconnects.
+            if isinstance(exc, OperationalError | InterfaceError) or refused_as_read_only(exc):
+                with contextlib.suppress(DatabaseError):
+                    wrapper.close()
             raise
         finally:
             # Never leave a failed transaction open on a kept connection.

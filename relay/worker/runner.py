@@ -51,6 +51,7 @@ from relay import store
 from relay.config import RelayConfig
 from relay.models import Checkpoint, WorkerStatus
 from relay.startup import first_line
+from relay.store.errors import refused_as_read_only
 from relay.store.schemahistory import open_history
 from relay.worker import bulk, usage, xa
 from relay.worker.changelog import ChangeLog
@@ -149,16 +150,9 @@ def _store_errors() -> tuple[type[BaseException], ...]:
     return (*errors, psycopg2.OperationalError, psycopg2.InterfaceError)
 
 
-#: PostgreSQL's read_only_sql_transaction: the store takes no writes (a hot standby after a fail-over, or
-#: default_transaction_read_only), which Django raises as an InternalError.
-_READ_ONLY_STORE = "25006"
-
-
 def _store_failed(exc: BaseException) -> bool:
     """The store cannot be reached, or refuses writes: what waiting for it can fix (the process keeps running)."""
-    if isinstance(exc, _store_errors()):
-        return True
-    return _READ_ONLY_STORE in (getattr(exc, "pgcode", None), getattr(exc.__cause__, "pgcode", None))
+    return isinstance(exc, _store_errors()) or refused_as_read_only(exc)
 
 
 #: PostgreSQL's foreign_key_violation: a batch's queue entries name a client deleted after the batch read the clients.

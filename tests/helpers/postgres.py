@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.helpers.mariadb import free_tcp_port
@@ -92,3 +94,32 @@ def postgres_url() -> str:
     cluster = PrivateCluster()
     cluster.start()
     return f"postgres://postgres@127.0.0.1:{cluster.port}/postgres"
+
+
+@contextlib.contextmanager
+def read_only_store() -> Iterator[None]:
+    """The suite's PostgreSQL store refusing writes, as after a fail-over onto a hot standby: its database's new
+    sessions read-only, and every session but the test's own ended (so the relay's processes reconnect into it).
+    Writable again on leaving; sessions opened meanwhile stay read-only, as they would."""
+    import psycopg2
+    from django.db import connection
+
+    settings = connection.settings_dict
+    admin = psycopg2.connect(
+        dbname="postgres", user=settings["USER"], host=settings["HOST"], port=settings["PORT"] or 5432
+    )
+    admin.autocommit = True
+    database = settings["NAME"]
+    own = connection.cursor().connection.info.backend_pid
+    try:
+        with admin.cursor() as cursor:
+            cursor.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
+                [database, own],
+            )
+        yield
+    finally:
+        with admin.cursor() as cursor:
+            cursor.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+        admin.close()
