@@ -222,6 +222,20 @@ def test_history_of_many_clients_is_written_at_once_and_each_keeps_its_newest() 
         assert kept == [(seq, f"t{n}") for seq in newest[: store.HISTORY_LENGTH]], n
 
 
+def test_the_history_of_a_deleted_client_takes_no_other_clients_with_it() -> None:
+    """A client deleted between its reply and the history's flush: its items are not written, and the others' are
+    (one row of it failed the whole transaction at the foreign key, every client's items with it)."""
+    import datetime
+
+    kept, gone = store.open_session("kept"), store.open_session("gone")
+    store.delete_client(gone.client_id)
+    at = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    store.record_history(
+        {client_id: [store.HistoryItem(7, 1, "shop", "t", at)] for client_id in (gone.client_id, kept.client_id)}
+    )
+    assert list(Client.objects.get(id=kept.client_id).history.values_list("seq", flat=True)) == [7]
+
+
 def test_garbage_collection_keeps_what_a_queue_needs() -> None:
     a = store.open_session("a")
     b = store.open_session("b")

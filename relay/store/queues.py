@@ -388,18 +388,31 @@ def last_seqs(client_ids: Sequence[int]) -> dict[int, int]:
 
 def record_history(items: Mapping[int, Sequence[HistoryItem]]) -> None:
     """Appends served events per client and keeps the newest HISTORY_LENGTH of each: an insert and a delete for all
-    clients (in pages of at most 100 rows and 500 clients: SQLite's limit on a statement's parameters)."""
+    clients (in pages of at most 100 rows and 500 clients: SQLite's limit on a statement's parameters).
+
+    A client deleted since it was served (the admin's delete) has no items written: one such row would fail the
+    whole transaction at its foreign key, and every other client's items with it. On PostgreSQL the clients written
+    for are share-locked first, so that a delete waits for this short transaction instead of slipping in between."""
     adapt = connection.ops.adapt_datetimefield_value
-    rows = [
-        (client_id, item.seq, item.kind, item.schema_name[:255], item.table_name[:255], adapt(item.served_at))
-        for client_id, served in items.items()
-        for item in list(served)[-HISTORY_LENGTH:]
-    ]
-    if not rows:
-        return
-    served_table = table(ServedEvent)
     clients = list(items)
+    served_table = table(ServedEvent)
     with transaction.atomic(), connection.cursor() as cursor:
+        existing: set[int] = set()
+        lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+        for at in range(0, len(clients), 500):
+            chunk = clients[at : at + 500]
+            cursor.execute(
+                f"SELECT id FROM {table(Client)} WHERE id IN ({', '.join('%s' for _ in chunk)}){lock}", chunk
+            )
+            existing.update(row[0] for row in cursor.fetchall())
+        clients = [client_id for client_id in clients if client_id in existing]
+        rows = [
+            (client_id, item.seq, item.kind, item.schema_name[:255], item.table_name[:255], adapt(item.served_at))
+            for client_id in clients
+            for item in list(items[client_id])[-HISTORY_LENGTH:]
+        ]
+        if not rows:
+            return
         for at in range(0, len(rows), 100):
             page = rows[at : at + 100]
             cursor.execute(
