@@ -40,6 +40,7 @@ from .constants import (
 from .errors import (
     AuthFailed,
     BadSession,
+    ClientReset,
     ConnectionLost,
     PayloadTooLarge,
     ProtocolError,
@@ -233,14 +234,26 @@ class RelayClient:
         verify_reply(header, body)
         return header.result, body
 
-    def _call(self, command: int, payload: bytes, timeout: float | None = None) -> tuple[int, bytes]:
-        """A request with reconnect-and-retry on socket errors, corrupt replies and lost sessions."""
+    def _call(
+        self, command: int, payload: bytes, timeout: float | None = None, *, names_seqs: bool = False
+    ) -> tuple[int, bytes]:
+        """A request with reconnect-and-retry on socket errors, corrupt replies and lost sessions.
+
+        ``names_seqs``: the request names sequence numbers of this client's queue; after a reconnection that finds
+        the client under another ClientID (a new queue), it raises ClientReset instead of going out again."""
         failures = 0
         delay = self.backoff
+        owner = self.client_id
         while True:
             try:
                 if self._sock is None:
                     self.connect()
+                    if names_seqs and owner and self.client_id != owner:
+                        raise ClientReset(
+                            Result.BAD_SESSION,
+                            f"client {self.name!r} is ClientID {self.client_id} now, not {owner} (it was deleted and "
+                            "registered again): its queue starts over at Seq 1",
+                        )
                 result, body = self._roundtrip(command, payload, timeout)
                 if result != Result.BAD_SESSION:
                     return result, body
@@ -311,7 +324,9 @@ class RelayClient:
         """
         max_events = max(1, min(max_events, MAX_FETCH_EVENTS))
         payload = encode_fetch(max_events, wait_ms, manual_ack=manual_ack, ack_upto=ack_upto)
-        result, body = self._call(Command.FETCH, payload, timeout=self.timeout + wait_ms / 1000)
+        result, body = self._call(
+            Command.FETCH, payload, timeout=self.timeout + wait_ms / 1000, names_seqs=ack_upto > 0
+        )
         if result == Result.EMPTY:
             self.queue_size = 0
             return []
@@ -322,7 +337,7 @@ class RelayClient:
 
     def ack(self, seq: int) -> AckReply:
         """Acknowledge every event up to ``seq`` (cumulative, idempotent)."""
-        result, payload = self._call(Command.ACK, encode_ack(seq))
+        result, payload = self._call(Command.ACK, encode_ack(seq), names_seqs=True)
         self._check(result, payload, "ACK")
         return decode_ack_reply(payload)
 
@@ -364,13 +379,32 @@ class RelayClient:
 
         In manual-ack mode a batch is acknowledged when the caller asks for the event after its last one (the
         acknowledgement rides on the next FETCH), so an event the caller has not finished with is never
-        acknowledged. Events a reconnection delivers again are skipped by their sequence number.
+        acknowledged. Events a reconnection delivers again are skipped by their sequence number. A reconnection that
+        finds the client under a new ClientID (deleted and registered again: a new queue, from Seq 1) starts the
+        count over, with a warning: the events of the old queue not yet acknowledged are gone with it.
         """
         last_seq = 0
         acked = 0
+        owner = self.client_id
         while True:
             ack_upto = last_seq if manual_ack and last_seq > acked else 0
-            events = self.fetch(batch, wait_ms, manual_ack=manual_ack, ack_upto=ack_upto)
+            try:
+                events = self.fetch(batch, wait_ms, manual_ack=manual_ack, ack_upto=ack_upto)
+            except ClientReset as reset:
+                log.warning("relay %s:%d: %s", self.host, self.port, reset)
+                owner, last_seq, acked = self.client_id, 0, 0
+                continue
+            if self.client_id != owner:
+                if owner:
+                    log.warning(
+                        "relay %s:%d: client %r is ClientID %d now, not %d: its queue starts over at Seq 1",
+                        self.host,
+                        self.port,
+                        self.name,
+                        self.client_id,
+                        owner,
+                    )
+                owner, last_seq, acked = self.client_id, 0, 0
             if ack_upto:
                 acked = ack_upto
             if not events and stop_when_idle:

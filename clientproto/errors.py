@@ -69,5 +69,11 @@ class BadSession(RelayError):
     """0xFB: the request did not carry this connection's session (ClientID and token)."""
 
 
+class ClientReset(RelayError):
+    """After a reconnection the relay knows this client under another ClientID (it was deleted, and the AUTH
+    registered the name again): its queue starts over at Seq 1, so a request naming sequence numbers of the old one
+    (ACK, FETCH's AckUpTo) is not sent again, where it would acknowledge entries never delivered."""
+
+
 class ConnectionLost(ConnectionError):
     """The connection to the relay failed and the client was told not to reconnect (or ran out of retries)."""

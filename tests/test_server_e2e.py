@@ -179,3 +179,42 @@ def test_runrelay_takes_writes_again_once_a_read_only_store_does() -> None:
     assert all(auth(f"again{number}") for number in range(8))
     assert relay.alive()
     relay.stop()
+
+
+def test_a_client_deleted_and_registered_again_gets_its_new_queue_from_its_start(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """The admin deletes a client that consumes with RelayClient.events(manual_ack=True): it reconnects, its AUTH
+    registers the name again (a new ClientID, a queue from Seq 1), and every event of the new queue is yielded. The
+    iterator skipped the new queue's events up to the old queue's last Seq, and acknowledged them unseen."""
+    from relay import store
+
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    worker = start_worker(server, server.binlog_position())
+    relay, port = start_relay(server)
+    consumer = filtered_client(port, "consumer", "I", schema, "t")
+    server.execute(*(f"INSERT INTO `{schema}`.t VALUES ({n})" for n in range(1, 6)))
+    events = consumer.events(batch=10, wait_ms=500, manual_ack=True)
+    assert [next(events).after()["id"] for _ in range(5)] == [b"1", b"2", b"3", b"4", b"5"]
+    first_id = consumer.client_id
+    store.delete_client(first_id)
+    got: list[bytes] = []
+
+    def consume() -> None:
+        for event in events:
+            got.append(event.after()["id"])
+            if len(got) == 7:
+                return
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    wait_for(lambda: Client.objects.filter(name="consumer").exclude(id=first_id).exists(), timeout=30, message="AUTH")
+    time.sleep(0.5)  # its filter re-sent too
+    server.execute(*(f"INSERT INTO `{schema}`.t VALUES ({n})" for n in range(10, 17)))
+    reader.join(30)
+    assert got == [str(n).encode() for n in range(10, 17)]
+    assert consumer.client_id != first_id and Client.objects.get(name="consumer").acked_seq <= 7
+    consumer.close()
+    relay.stop()
+    worker.stop()
