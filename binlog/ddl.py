@@ -739,11 +739,12 @@ class DdlApplier:
         charset, versioned = self._options(p, table=True)
         charset = charset or self.model.database_charset(schema)
         while not p.at_end():
-            if p.accept("SELECT", "AS", "WITH") or p.accept_op("("):
+            token, following = p.peek(), p.peek(1)
+            selects = following is not None and following.is_word("SELECT", "WITH")
+            if p.accept("SELECT", "AS", "WITH") or (token is not None and token.text == "(" and selects):
                 raise DdlError("CREATE TABLE ... SELECT: the selected columns are not in the statement")
-            token = p.peek()
             if token is not None and token.kind == "op" and token.text == "(":
-                p.skip_group()
+                p.skip_group()  # a partitioning's list: PARTITION BY HASH(id), (PARTITION p0 ...)
             else:
                 p.i += 1
         columns = [build_column(spec, charset) for spec, _ in specs]
@@ -920,7 +921,11 @@ class DdlApplier:
                 new = p.charset_name()
                 target = self.model.database_charset(schema) if new.upper() == "DEFAULT" else _charset_alias(new)
                 for slot in slots:
-                    slot.column = _converted(slot.column, target)
+                    if slot.spec is None:  # the table's column: its data converted (a TEXT grows to hold as many)
+                        slot.column = _converted(slot.column, target)
+                    else:  # defined by this statement: made in the charset, as any column with no charset of its own
+                        spec = replace(slot.spec, charset=None, national=False)
+                        slot.column = replace(build_column(spec, target), name=slot.column.name)
                     slot.spec = None  # converted: its charset is the conversion's, whatever the table's becomes
                 charset = target
                 p.skip_clause()
@@ -939,8 +944,12 @@ class DdlApplier:
                 p.accept_op(",")
         if versioning is False:  # its own ROW START/END columns the statement must DROP itself, or the server refuses
             slots = [slot for slot in slots if not slot.column.hidden]
-        elif versioning and not any(slot.column.hidden or (slot.spec and slot.spec.row_period) for slot in slots):
-            slots += [_Slot(column, fold_name(column.name)) for column in SYSTEM_TIME]
+        elif versioning:
+            own_end = [slot for slot in slots if slot.spec is not None and slot.spec.row_period == "end"]
+            if own_end and key:
+                key = (*key, own_end[0])  # the primary key ends with the ROW END column, as CREATE makes it
+            elif not own_end and not any(slot.column.hidden for slot in slots):
+                slots += [_Slot(column, fold_name(column.name)) for column in SYSTEM_TIME]
         # A column the statement defines without a charset takes the table's default as the statement leaves it,
         # whatever the order of its clauses ("ADD c TEXT, DEFAULT CHARSET=latin1" makes c latin1).
         for slot in slots:

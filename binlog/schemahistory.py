@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from binlog.ddl import Change, DdlError, apply_statement, has_undecoded_bytes, tokenize
+from binlog.ddl import Change, DdlError, apply_statement, has_undecoded_bytes, statement_start, tokenize
 from binlog.errors import BinlogError
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.position import Position
@@ -269,7 +269,8 @@ class SchemaHistory:
                 return
             # Only a CREATE (or a drop) says all there is to know about a table; an ALTER of a table the history
             # has lost leaves it lost, and its rows keep positional names until it is re-read.
-            first = tokenize(query, sql_mode)[:1]
+            tokens = tokenize(query, sql_mode)
+            first = tokens[statement_start(tokens) :][:1]  # past SET STATEMENT ... FOR
             redefines = bool(first) and first[0].is_word("CREATE")
             for change in changes:
                 key = self._fold((change.schema, change.table))

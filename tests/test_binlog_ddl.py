@@ -445,6 +445,11 @@ def test_forms_the_server_takes_that_a_reading_could_get_wrong(mariadb: MariaDB)
         "CREATE TABLE p (id INT PRIMARY KEY, period INT, system INT)",
         "ALTER TABLE p ADD COLUMN period2 INT, DROP COLUMN period",
         "ALTER TABLE p RENAME COLUMN IF EXISTS missing TO r, ADD COLUMN x INT, MODIFY COLUMN x BIGINT FIRST",
+        "CREATE TABLE h (id INT PRIMARY KEY, v INT) PARTITION BY HASH(id) PARTITIONS 2",
+        "CREATE TABLE r (id INT PRIMARY KEY) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10), "
+        "PARTITION p1 VALUES LESS THAN MAXVALUE)",
+        "CREATE TABLE cv (id INT PRIMARY KEY, keep TEXT) CHARSET=latin1",
+        "ALTER TABLE cv ADD c5 TEXT, ADD c6 TEXT CHARACTER SET latin1, CONVERT TO CHARACTER SET utf8mb4",
     ]
     layouts: dict[str, list[tuple[str, str | None]]] = {}
 
@@ -496,6 +501,13 @@ def test_system_versioned_tables_have_the_columns_of_their_row_images(mariadb: M
         "INSERT INTO l (id) VALUES (1)",
         keep + "ALTER TABLE v DROP SYSTEM VERSIONING",
         "INSERT INTO v (id) VALUES (3)",
+        "CREATE TABLE q (id INT PRIMARY KEY, x INT)",
+        "ALTER TABLE q ADD COLUMN rs TIMESTAMP(6) GENERATED ALWAYS AS ROW START, ADD COLUMN re TIMESTAMP(6) "
+        "GENERATED ALWAYS AS ROW END, ADD PERIOD FOR SYSTEM_TIME(rs, re), ADD SYSTEM VERSIONING",
+        "INSERT INTO q (id, x) VALUES (1, 2)",
+        "CREATE TABLE vp (id INT, x INT) WITH SYSTEM VERSIONING "
+        "PARTITION BY SYSTEM_TIME (PARTITION p0 HISTORY, PARTITION pn CURRENT)",
+        "INSERT INTO vp VALUES (1, 2)",
     ]
     seen: dict[str, list[str]] = {}
     provider = InformationSchemaProvider({**mariadb.replication_settings(), "charset": "utf8mb4"})
@@ -518,6 +530,8 @@ def test_system_versioned_tables_have_the_columns_of_their_row_images(mariadb: M
         "e": ["id", "rs", "re", "y"],
         "p": ["id", "x", "row_start", "row_end"],
         "l": ["f", "id", "x", "z", "row_start", "row_end"],
+        "q": ["id", "x", "rs", "re"],
+        "vp": ["id", "x", "row_start", "row_end"],
     }
 
 
