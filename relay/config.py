@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from binlog.cli import TOOL_SERVER_IDS
-from relay.inifile import IniError, IniFile, read_ini
+from relay.inifile import IniError, IniFile, read_ini, trim
 
 DEFAULT_CONFIG_NAME = "replicaterelay.conf"
 DEFAULT_REPLICA_SERVER_ID = 0x52454C  # "REL": never the PID, which could collide with a real replica's id
@@ -171,14 +171,14 @@ class _Values:
 
     def text(self, section: str, *keys: str, default: str = "") -> str:
         found = self.raw(section, *keys)
-        return default if found is None else found[1].strip()
+        return default if found is None else trim(found[1])
 
     def parsed(self, section: str, key: str, default: Any, parse: Callable[[str, str], Any]) -> Any:
         found = self.raw(section, key)
-        if found is None or found[1].strip() == "":
+        if found is None or trim(found[1]) == "":
             return default
         name, value = found
-        return parse(name, value.strip())
+        return parse(name, trim(value))
 
 
 def _integer(low: int, high: int) -> Callable[[str, str], int]:

@@ -3,8 +3,10 @@
 The original's clients and operators keep their ``replicaterelay.conf``, so a file must mean here what it meant to
 the original, line by line:
 
-* every line is trimmed (characters up to the space); a UTF-8 byte order mark before the first is dropped;
-* ``[Name]`` starts a section; names and keys compare case-insensitively;
+* lines end at CR, LF or CRLF (no other character); each is trimmed of characters up to the space, and only those
+  (a no-break space is kept); a UTF-8 byte order mark before the first is dropped;
+* ``[Name]`` starts a section, named by all that is between the brackets (``[ Server ]`` is another section than
+  ``[Server]``); names and keys compare case-insensitively;
 * ``key=value`` splits at the first ``=``, and both sides are trimmed; everything after it is the value, a
   ``// note`` included (the original has no inline comments);
 * a value enclosed in a pair of the same quote (``"..."`` or ``'...'``) loses that pair, as TIniFile's
@@ -23,18 +25,20 @@ This module imports nothing from Django.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 _BOM = "\ufeff"
 _QUOTES = ("'", '"')
+_LINE_BREAK = re.compile("\r\n|\r|\n")
 
 
 class IniError(ValueError):
     """The file cannot be read at all (missing, unreadable, a directory)."""
 
 
-def _trim(text: str) -> str:
+def trim(text: str) -> str:
     """Pascal's Trim: strips characters up to the space (control characters included), and nothing else."""
     start, end = 0, len(text)
     while start < end and text[start] <= " ":
@@ -76,12 +80,12 @@ def parse_ini(text: str, path: Path | None = None) -> IniFile:
         text = text[len(_BOM) :]
     section: str | None = None
     ignoring = False  # inside a second block of a section the file had already
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = _trim(raw)
+    for number, raw in enumerate(_LINE_BREAK.split(text), start=1):
+        line = trim(raw)
         if not line or line[0] in ";#":
             continue
         if line[0] == "[" and line[-1] == "]" and len(line) > 1:
-            written = _trim(line[1:-1])
+            written = line[1:-1]
             section = written.lower()
             ignoring = section in ini.sections
             if ignoring:
@@ -95,7 +99,7 @@ def parse_ini(text: str, path: Path | None = None) -> IniFile:
                 ini.section_names[section] = written
             continue
         key, equals, value = line.partition("=")
-        key = _trim(key)
+        key = trim(key)
         if not equals or not key:
             ini.notes.append(f"{where} line {number}: {'no key' if equals else 'no ='} on this line: ignored")
             continue
@@ -113,7 +117,7 @@ def parse_ini(text: str, path: Path | None = None) -> IniFile:
                 "is used, as the original used it"
             )
             continue
-        values[lowered] = _unquoted(_trim(value))
+        values[lowered] = _unquoted(trim(value))
         ini.lines[(section, lowered)] = (number, key)
     return ini
 

@@ -262,6 +262,8 @@ def test_the_file_means_what_it_meant_to_the_original(tmp_path: Path) -> None:
         'login="schema"\r\n'
         "[ server ]\r\n"
         "SourcePort=3307\r\n"
+        "[SERVER]\r\n"
+        "SourcePort=3308\r\n"
     )
     path = tmp_path / "replicaterelay.conf"
     path.write_bytes(text.encode("utf-8"))
@@ -274,9 +276,19 @@ def test_the_file_means_what_it_meant_to_the_original(tmp_path: Path) -> None:
         f"{path} line 7: [Server] ServerPort again: the value of line 6 is used, as the original used it",
         f"{path} line 8: no = on this line: ignored",
         f"{path} line 9: no = on this line: ignored",
-        f"{path} line 12: [server] again: its keys are ignored, as the original ignored them (it reads the first "
+        f"{path} line 14: [SERVER] again: its keys are ignored, as the original ignored them (it reads the first "
         "[Server] only); merge the two blocks",
+        f"{path} line 13: [ server ] SourcePort: a section the relay does not read; ignored",
     )
+
+
+def test_lines_end_at_cr_and_lf_only_and_values_keep_all_but_control_characters_and_spaces(tmp_path: Path) -> None:
+    """As TIniFile: a form feed or a line separator inside a value is part of it, and so is a no-break space at its
+    end (only characters up to the space are trimmed): the secret is the original's, its key the same."""
+    path = tmp_path / "replicaterelay.conf"
+    path.write_bytes("[Server]\rAuthSecret=ab\x0ccd\u2028ef\u00a0 \t\rLogin=x\n".encode())
+    config = load_config(path, environ={})
+    assert (config.auth_secret, config.source.user, config.notes) == ("ab\x0ccd\u2028ef\u00a0", "x", ())
 
 
 def test_keys_and_variables_the_relay_does_not_read_are_named(tmp_path: Path) -> None:
