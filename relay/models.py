@@ -311,6 +311,13 @@ class WorkerStatus(models.Model):
     state = models.CharField(max_length=20, choices=State.choices, default=State.STOPPED)
     pid = models.IntegerField(null=True, blank=True)
     hostname = models.CharField(max_length=255, blank=True, default="")
+    session_label = models.CharField(
+        max_length=63,
+        blank=True,
+        default="",
+        help_text="the application name of the active worker's store sessions: the next active worker ends any it "
+        "finds, so that nothing the previous one had in flight commits after it starts (PostgreSQL)",
+    )
     started = models.DateTimeField(null=True, blank=True)
     heartbeat = models.DateTimeField(null=True, blank=True, help_text="last time the worker reported")
     rows = models.BigIntegerField(default=0)

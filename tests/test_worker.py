@@ -480,6 +480,56 @@ def test_a_standby_takes_over_a_worker_frozen_inside_a_batch(fresh_schema: tuple
     wait_for(lambda: WorkerStatus.objects.get().standby_pid == active.process.pid, 30, message="back as standby")
 
 
+def test_a_worker_that_lost_only_its_lock_session_commits_nothing_after_the_takeover(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """The active worker's lock session ends (a network blip on that one connection) while its batch session goes on:
+    here its large transaction waits on a table lock in its first part. The standby takes the lock and ends the old
+    worker's sessions before it reads the checkpoint, so the transaction is queued once: by the new worker. (The old
+    one committed it too, after the takeover: 30,000 rows twice, or a duplicate key that ended a worker.)"""
+    import psycopg2
+
+    server, schema = fresh_schema
+    active, standby = _active_and_standby(server, schema, 0)
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (1)")
+    caught_up(server, active)
+    admin = psycopg2.connect(**connection.get_connection_params())
+    admin.autocommit = True
+    holder = psycopg2.connect(**connection.get_connection_params())
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("LOCK TABLE relay_change IN SHARE MODE")
+        server.execute(f"INSERT INTO `{schema}`.t SELECT seq + 1 FROM seq_1_to_30000", database=schema)
+        database = connection.settings_dict["NAME"]
+        with admin.cursor() as cursor:
+
+            def waiting() -> bool:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'"
+                    " AND application_name LIKE 'relay-worker%%' AND query LIKE 'COPY%%'",
+                    [database],
+                )
+                return bool(cursor.fetchone()[0])
+
+            wait_for(waiting, 60, message="the first part waiting on the lock")
+            cursor.execute(
+                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE l.locktype = 'advisory' AND l.granted AND a.datname = %s",
+                [database],
+            )
+            assert cursor.fetchone() == (True,)
+        wait_for(lambda: WorkerStatus.objects.get().pid == standby.process.pid, 30, message="takeover")
+    finally:
+        holder.rollback()
+        holder.close()
+        admin.close()
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (30002)")
+    caught_up(server, standby, timeout=120)
+    assert [int(key) for *_, key in queue_of("c")] == list(range(1, 30003))
+    assert "ended them, so that nothing it had in flight commits" in standby.output
+    wait_for(lambda: active.alive() and WorkerStatus.objects.get().standby_pid == active.process.pid, 30)
+
+
 @pytest.mark.slow
 def test_exactly_once_across_sigkills(fresh_schema: tuple[MariaDB, str]) -> None:
     """SIGKILL at random moments during 20,000+ row changes: every queue ends exact, none lost, none twice."""

@@ -11,6 +11,12 @@ store session of that process (they carry its label, :func:`process_label`, as t
 the lock. Ending the sessions is what makes this safe: whatever the frozen process had in flight rolls back, and when
 it runs again its next statement fails, so it goes back to being a standby without writing anything; what it had
 committed is before the checkpoint the new worker starts from. PostgreSQL's clock alone judges the idle time.
+
+**Every takeover fences the previous worker (PostgreSQL).** The lock can also go while its holder runs on: its lock
+session alone ended (a network blip on that one connection, an operator's pg_terminate_backend), while its batch
+session goes on writing. So a worker that becomes active ends the store sessions that the previous active worker left
+(:meth:`LeaderLock.fence`, by the label the store keeps for it) before it reads the checkpoint: the batch in flight
+rolls back or has committed, and the old process, finding its sessions gone, goes back to being a standby.
 """
 
 from __future__ import annotations
@@ -137,6 +143,36 @@ class LeaderLock:
         self._lease = threading.Thread(target=self._renew, args=(self._pg,), name="worker-lease", daemon=True)
         self._lease.start()
         return True
+
+    def fence(self, previous_label: str) -> None:
+        """Ends the store sessions of the previous active worker (``previous_label``, their application name) and
+        waits until they are gone, so that nothing of its still commits; PostgreSQL only, where a worker can lose the
+        lock while it runs on."""
+        if self._pg is None or not previous_label.startswith(LABEL_PREFIX) or previous_label == process_label():
+            return
+        with self._pg.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+                " AND pid <> pg_backend_pid()",
+                [previous_label],
+            )
+            ended = [backend for backend, done in cursor.fetchall() if done]
+            if not ended:
+                return  # it stopped, or died: nothing of it can commit
+            log.warning(
+                "the previous active worker %r still had %d store session(s) (backends %s): ended them, so that "
+                "nothing it had in flight commits after this worker starts",
+                previous_label[len(LABEL_PREFIX) :],
+                len(ended),
+                ", ".join(map(str, ended)),
+            )
+            deadline = time.monotonic() + TAKEOVER_WAIT
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [ended])
+                if not cursor.fetchone()[0]:
+                    return
+                time.sleep(0.05)
+            log.warning("the previous active worker's sessions are still closing after %.0fs", TAKEOVER_WAIT)
 
     def _renew(self, session: Any) -> None:
         """The lease: a statement on the lock session every LEASE_INTERVAL while the lock is held (psycopg2

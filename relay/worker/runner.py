@@ -331,11 +331,16 @@ class Worker:
     def _run_active(self, should_stop: Callable[[], bool], lock: LeaderLock) -> int:
         log.info("active worker for %s (pid %s)", self.source, os.getpid())
         bulk.drop_reserved_ids()  # another worker may have written changes since this process last was the active one
+        # Before anything is read: the previous active worker may have lost the lock and run on (leader.py).
+        lock.fence(
+            WorkerStatus.objects.filter(source=self.source).values_list("session_label", flat=True).first() or ""
+        )
         self._clear_standby()
         self._set_status(
             WorkerStatus.State.STARTING,
             pid=os.getpid(),
             hostname=socket.gethostname(),
+            session_label=process_label() if connection.vendor == "postgresql" else "",
             started=timezone.now(),
             rows_since_start=0,
         )
