@@ -582,7 +582,10 @@ def test_exactly_once_across_sigkills(fresh_schema: tuple[MariaDB, str]) -> None
 
 
 def test_a_large_transaction_is_applied_whole_across_kills(fresh_schema: tuple[MariaDB, str]) -> None:
-    """A 30,000-row transaction arrives in parts; kills in the middle of it never leave half of it queued."""
+    """A 30,000-row transaction arrives in parts; kills in the middle of it never leave half of it queued, nor its
+    change log lines twice (they were written part by part before the commit, and again when applied again)."""
+    import json
+
     server, schema = fresh_schema
     server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20))")
     subscribe("c", 1, schema, "t")
@@ -591,11 +594,17 @@ def test_a_large_transaction_is_applied_whole_across_kills(fresh_schema: tuple[M
         cur.execute("BEGIN")
         cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"v{i}") for i in range(1, 30_001)])
         cur.execute("COMMIT")
-    for delay in (0.8, 1.5):
-        worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
+    logs = scratch_dir("relay-changelog-")
+    env = {"RELAY_SERVER_STARTFROM": first_start, "RELAY_LOGGER_PATH": logs, "RELAY_LOGGER_SCHEMA": schema}
+    env["RELAY_LOGGER_FORMAT"] = "json"
+    for delay in (0.8, 1.2, 1.6, 2.0):
+        worker = start_worker(server, None, **env)
         time.sleep(delay)
         worker.kill()
         assert queue_size(Client.objects.get(name="c").id) in (0, 30_000)  # all or nothing
-    worker = start_worker(server, None, RELAY_SERVER_STARTFROM=first_start)
+    worker = start_worker(server, None, **env)
     caught_up(server, worker, timeout=120)
     assert [key for *_, key in queue_of("c")] == [str(i) for i in range(1, 30_001)]
+    logged = [json.loads(line)["after"]["id"] for path in sorted(logs.glob("*.jsonl")) for line in path.open()]
+    assert logged == [str(i) for i in range(1, 30_001)]
+    assert [path.name for path in logs.iterdir() if not path.name.endswith(".jsonl")] == []  # no spool left

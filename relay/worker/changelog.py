@@ -10,8 +10,11 @@ Two layouts, chosen by ``[Logger] Format``:
 * ``json``: one JSON object per row change in ``relaylogs-YYYYMMDD.jsonl`` (values as strings, NULL as null,
   binary as base64, columns missing from a partial row image left out).
 
-Lines are written per batch, after the batch has committed, with the file kept open until the day changes. Times
-are the events' own times in the relay's local time zone (the original used the time of processing).
+Lines are written per batch, after the batch has committed, with the file kept open until the day changes. A
+transaction applied in parts (one store transaction over many batches) is spooled (:meth:`ChangeLog.spool`) to
+unnamed temporary files beside the log and appended once it has committed: applied again after a rollback (the
+source or the store went away meanwhile, the worker was killed), its lines are not written twice. Times are the
+events' own times in the relay's local time zone (the original used the time of processing).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import shutil
+import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -106,6 +111,14 @@ class ChangeLog:
         self._open: dict[str, tuple[str, TextIO]] = {}  # layout -> (day, file)
 
     def write(self, transactions: Iterable[Transaction]) -> int:
+        """Writes the lines of committed transactions."""
+        return self._write(transactions, self._file)
+
+    def spool(self) -> ChangeSpool:
+        """Lines held until their store transaction commits (:meth:`ChangeSpool.commit`)."""
+        return ChangeSpool(self)
+
+    def _write(self, transactions: Iterable[Transaction], file_for: Callable[[str, str], TextIO]) -> int:
         if not self.config.enabled:
             return 0
         schemas = set(self.config.schemas)
@@ -119,9 +132,9 @@ class ChangeLog:
                     moment = time.localtime(change.timestamp)
                     day = time.strftime("%Y%m%d", moment)
                     if "text" in self.config.formats:
-                        self._file("text", day).write(text_line(change, time.strftime("%H:%M:%S", moment)))
+                        file_for("text", day).write(text_line(change, time.strftime("%H:%M:%S", moment)))
                     if "json" in self.config.formats:
-                        self._file("json", day).write(json_line(change))
+                        file_for("json", day).write(json_line(change))
                     written += 1
             for _, handle in self._open.values():
                 handle.flush()
@@ -146,3 +159,49 @@ class ChangeLog:
         for _, handle in self._open.values():
             handle.close()
         self._open.clear()
+
+
+class ChangeSpool:
+    """The lines of a transaction applied in parts, in unnamed temporary files in the log's folder (a killed worker
+    leaves none behind), appended to the log by :meth:`commit` once the transaction committed."""
+
+    def __init__(self, log: ChangeLog) -> None:
+        self._log = log
+        self._files: dict[tuple[str, str], TextIO] = {}  # (layout, day) -> spool
+        self._failed = False
+
+    def write(self, transactions: Iterable[Transaction]) -> None:
+        if not self._failed:
+            self._log._write(transactions, self._file)
+
+    def _file(self, layout: str, day: str) -> TextIO:
+        spool = self._files.get((layout, day))
+        if spool is None:
+            folder = Path(self._log.config.path)
+            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                spool = tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape", dir=folder)  # noqa: SIM115 - kept until commit or discard
+            except OSError:
+                self._failed = True  # said once by the log's own error line; the store has the changes
+                raise
+            self._files[(layout, day)] = spool
+        return spool
+
+    def commit(self) -> None:
+        """The transaction committed: its lines go to the log, in order."""
+        try:
+            for (layout, day), spool in self._files.items():
+                spool.seek(0)
+                target = self._log._file(layout, day)
+                shutil.copyfileobj(spool, target)
+                target.flush()
+        except OSError as exc:  # as for any batch: a full disk must not stop replication
+            log.error("change log %s: %s", self._log.config.path, exc)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """The transaction rolled back (or its lines are written): nothing of it stays."""
+        for spool in self._files.values():
+            spool.close()
+        self._files.clear()

@@ -159,6 +159,12 @@ def _store_failed(exc: BaseException) -> bool:
 _FOREIGN_KEY_VIOLATION = "23503"
 
 
+def _still_active(lock: LeaderLock) -> None:
+    """Before a batch is written: this worker still holds the lock (a takeover also ends its sessions, leader.py)."""
+    if not lock.still_held():
+        raise _StoreLost("lost the worker lock (store connection gone)")
+
+
 def _client_deleted_under_batch(exc: IntegrityError) -> bool:
     """The batch's commit found a client its entries name gone: deleted (the admin's delete, a client's own) while the
     batch was written. The foreign keys are checked at COMMIT, so nothing locked the client until then."""
@@ -646,6 +652,7 @@ class Worker:
                             self._place_idle(ingestor)
                         break
                     if tx.partial:
+                        _still_active(lock)
                         if pending:
                             self._flush(ingestor, pending)
                             pending, pending_rows = [], 0
@@ -662,8 +669,7 @@ class Worker:
                     or handoff.empty()
                     or time.monotonic() - first_at >= batch_seconds
                 ):
-                    if not lock.still_held():
-                        raise _StoreLost("lost the worker lock (store connection gone)")
+                    _still_active(lock)
                     self._flush(ingestor, pending)
                     pending, pending_rows = [], 0
         except _Stop:
@@ -689,6 +695,8 @@ class Worker:
         """A transaction that comes in parts: all of them in one store transaction, committed with the last."""
         part = first
         while True:
+            # Its change log lines wait for its commit: applied again, it would write them twice.
+            spool = self.changelog.spool()
             try:
                 rows = 0
                 with transaction.atomic():
@@ -701,7 +709,7 @@ class Worker:
                             refresh_filters=part.part == 0,
                             status=None if part.partial else self._progress(part),
                         )
-                        self.changelog.write([part])
+                        spool.write([part])
                         rows += len(part.changes)
                         if not part.partial:
                             break
@@ -709,12 +717,18 @@ class Worker:
                         if part.part == 0:  # the stream reconnected and starts this transaction again
                             raise _Restart(part)
                     self._sample()
-                self._applied = part.position
-                log.info("applied a transaction of %d rows in parts", rows)
-                return
             except _Restart as restart:
+                spool.discard()
                 log.warning("the source connection broke inside a large transaction; applying it again")
                 part = restart.part
+                continue
+            except BaseException:
+                spool.discard()
+                raise
+            spool.commit()
+            self._applied = part.position
+            log.info("applied a transaction of %d rows in parts", rows)
+            return
 
     def _flush(self, ingestor: Ingestor, batch: list[Transaction]) -> None:
         xa.release(self.source, batch)  # an XA COMMIT's rows are those its prepare held: before anything reads them
