@@ -257,7 +257,7 @@ def test_a_binlog_given_twice_is_counted_once(spark: Any, fresh_schema: tuple[Ma
     logs = tmp_path / "logs"
     write_change_logs(files, logs, schema, {"json"})
     cut = copies / f"cut.{files[0].name.rpartition('.')[2]}"  # taken while its server still wrote it
-    cut.write_bytes(files[0].read_bytes()[: files[0].stat().st_size * 2 // 3])
+    cut.write_bytes(in_use(files[0].read_bytes())[: files[0].stat().st_size * 2 // 3])
     spec = f"{copies},{folder},{tmp_path / 'link' / files[2].name}"
 
     out = tmp_path / "out"
@@ -322,11 +322,27 @@ def test_cut_copies_are_found_by_content() -> None:
         "tiny": whole[:20],
     }
 
-    def digest(uri: str, limit: int | None) -> bytes:
-        return contents[uri][:limit]
+    # A binlog, and a copy of it taken while its server still wrote it: the in-use flag of its format description
+    # set, and that event's checksum with it.
+    binlog = b"\xfebin" + bytes(9) + (100).to_bytes(4, "little") + bytes(4) + b"\x00\x00" + bytes(77) + b"CRC0"
+    binlog += bytes(range(256)) * 40
+    in_use = bytearray(binlog[:3000])
+    in_use[21], in_use[100:104] = 1, b"CRC1"
+    contents |= {"binlog": binlog, "in_use": bytes(in_use)}
 
-    cut = identity.find_cut_copies(((uri, len(data)) for uri, data in contents.items()), digest)
-    assert cut == {"cut": "whole", "cut_small": "whole", "cut_of_cut": "whole"}
+    def digest(uri: str, limit: int | None, start: int = 0) -> bytes:
+        return contents[uri][start:limit]
+
+    def head(uri: str, count: int) -> bytes:
+        return contents[uri][:count]
+
+    cut = identity.find_cut_copies(((uri, len(data)) for uri, data in contents.items()), digest, head)
+    assert cut == {
+        "cut": "whole",
+        "cut_small": "whole",
+        "cut_of_cut": "whole",
+        "in_use": "binlog",
+    }
 
 
 def test_every_file_of_an_input_directory_is_in_the_report(
@@ -707,6 +723,16 @@ def complete_counts(path: Path, schema: str, cut: int) -> tuple[dict[tuple[int, 
         for key in touched:
             counts[key][3] += 1
     return counts, rows, end
+
+
+def in_use(data: bytes) -> bytes:
+    """A closed binlog as it was while its server wrote it: its format description's in-use flag set (and that
+    event's checksum made again)."""
+    size = int.from_bytes(data[4 + 9 : 4 + 13], "little")
+    event = bytearray(data[4 : 4 + size])
+    event[17] |= 0x01  # LOG_EVENT_BINLOG_IN_USE_F
+    event[-4:] = zlib.crc32(bytes(event[:-4])).to_bytes(4, "little")
+    return data[:4] + bytes(event) + data[4 + size :]
 
 
 def another_file(data: bytes, seconds: int) -> bytes:

@@ -183,20 +183,35 @@ class HadoopFiles:
         except Exception as exc:  # noqa: BLE001 - as in files()
             raise ListingError(f"cannot be opened: {java_message(exc)}") from None
 
-    def digest(self, uri: str, limit: int | None = None) -> bytes:
-        """SHA-256 of the file's first ``limit`` bytes (all of them when None), computed in the JVM: the bytes never
-        cross py4j, one call per file whatever its size."""
+    def head(self, uri: str, count: int) -> bytes:
+        """The file's first ``count`` bytes (fewer when it is shorter): a few, through py4j."""
         jvm = self._jvm
         try:
             path = jvm.org.apache.hadoop.fs.Path(uri)
             stream = path.getFileSystem(self._conf).open(path)
             try:
+                return bytes(stream.readNBytes(count))
+            finally:
+                stream.close()
+        except Exception as exc:  # noqa: BLE001 - as in files()
+            raise ListingError(f"cannot be read: {java_message(exc)}") from None
+
+    def digest(self, uri: str, limit: int | None = None, start: int = 0) -> bytes:
+        """SHA-256 of the file's bytes from ``start`` to ``limit`` (its end when None), computed in the JVM: the bytes
+        never cross py4j, one call per file whatever its size."""
+        jvm = self._jvm
+        try:
+            path = jvm.org.apache.hadoop.fs.Path(uri)
+            stream = path.getFileSystem(self._conf).open(path)
+            try:
+                if start:
+                    stream.seek(start)
                 sha = jvm.java.security.MessageDigest.getInstance("SHA-256")
                 digesting = jvm.java.security.DigestInputStream(stream, sha)
                 if limit is None:
                     digesting.transferTo(jvm.java.io.OutputStream.nullOutputStream())
-                else:
-                    digesting.readNBytes(self._gateway.new_array(jvm.byte, limit), 0, limit)
+                elif limit > start:
+                    digesting.readNBytes(self._gateway.new_array(jvm.byte, limit - start), 0, limit - start)
                 return bytes(sha.digest())
             finally:
                 stream.close()
@@ -246,12 +261,18 @@ def expand(hadoop: HadoopFiles, spec: str, pattern: re.Pattern[str], what: str) 
 def find_input_copies(hadoop: HadoopFiles, files: list[tuple[str, int]]) -> dict[str, tuple[str, str]]:
     """Copy URI -> (original URI, why it is not counted) among ``files``: see ``identity``."""
 
-    def digest(uri: str, limit: int | None) -> bytes:
+    def digest(uri: str, limit: int | None, start: int = 0) -> bytes:
         try:
-            return hadoop.digest(uri, limit)
+            return hadoop.digest(uri, limit, start)
         except ListingError:
             # Equal to no other file's digest: the file is read by its task like any other, and reported there.
             return b"unreadable " + uri.encode()
+
+    def head(uri: str, count: int) -> bytes:
+        try:
+            return hadoop.head(uri, count)
+        except ListingError:
+            return b""
 
     copies = {
         copy: (original, f"duplicate of {original}, not counted")
@@ -259,7 +280,7 @@ def find_input_copies(hadoop: HadoopFiles, files: list[tuple[str, int]]) -> dict
     }
     sizes = dict(files)
     rest = [(uri, size) for uri, size in files if uri not in copies]
-    for copy, original in find_cut_copies(rest, digest).items():
+    for copy, original in find_cut_copies(rest, digest, head).items():
         copies[copy] = (original, f"the first {sizes[copy]:,} bytes of {original} (a copy cut short), not counted")
     return copies
 
