@@ -203,10 +203,12 @@ class ReplicationConnection:
         try:
             rows = self.query("SELECT @@global.binlog_checksum")
             algorithm = _text(rows[0][0]).upper() if rows and rows[0][0] is not None else "NONE"
+            aware = True
         except pymysql.err.MySQLError:
-            algorithm = "NONE"  # servers before checksums (MySQL < 5.6.2)
-        if algorithm != "NONE":
-            # Tells the source we verify checksums; it then sends events as written, CRC included.
+            algorithm, aware = "NONE", False  # servers before checksums (MySQL < 5.6.2)
+        if aware:
+            # Tells the source we read checksums: it then sends events as written, CRC or not. Said even when it
+            # writes none now: its older files may have them, and to a reader that says nothing it refuses those.
             self.query("SET @master_binlog_checksum = @@global.binlog_checksum")
             self.query("SET @source_binlog_checksum = @@global.binlog_checksum")
         self.checksum_alg = BINLOG_CHECKSUM_ALG_CRC32 if algorithm == "CRC32" else BINLOG_CHECKSUM_ALG_OFF

@@ -200,6 +200,31 @@ def test_a_store_that_turns_read_only_is_waited_for(fresh_schema: tuple[MariaDB,
     worker.stop()
 
 
+def test_a_source_that_stops_writing_checksums_is_read_on_from_its_older_files() -> None:
+    """binlog_checksum changed from CRC32 to NONE across a restart, with rows the worker has not read yet in a CRC32
+    file: the source refused that file to a reader that did not say it reads checksums (error 1236, and the worker
+    stopped, telling the operator to move --from)."""
+    server = MariaDB(scratch_dir("relay-own-"), row_metadata_full=True, extra_args=["--binlog-checksum=CRC32"]).start()
+    try:
+        server.execute("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)")
+        subscribe("c", 1, "s", "t")
+        worker = start_worker(server, server.binlog_position())
+        server.execute("INSERT INTO s.t VALUES (1)")
+        caught_up(server, worker)
+        assert worker.stop() == 0
+        server.execute("INSERT INTO s.t VALUES (2)")
+        server.stop()
+        server.extra_args = ["--binlog-checksum=NONE"]
+        server.start()
+        server.execute("INSERT INTO s.t VALUES (3)")
+        worker = start_worker(server)
+        caught_up(server, worker)
+        assert [key for *_, key in queue_of("c")] == ["1", "2", "3"]
+        assert worker.stop() == 0
+    finally:
+        server.destroy()
+
+
 def test_rotation_and_source_restart_lose_nothing(own_mariadb: MariaDB) -> None:
     server = own_mariadb
     server.execute("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)")
