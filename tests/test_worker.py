@@ -606,6 +606,42 @@ def test_exactly_once_across_sigkills(fresh_schema: tuple[MariaDB, str]) -> None
     assert worker.stop() == 0
 
 
+def test_a_kill_right_after_a_large_transactions_commit_keeps_its_change_log_lines_once(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """SIGKILL as soon as the checkpoint shows a 50,000-row transaction committed: its lines were to be copied to the
+    log after the commit (lost, or a line cut in half). They are in the log before it, behind a marker that the next
+    worker resolves by the checkpoint: each row once, every line whole."""
+    import json
+
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY AUTO_INCREMENT, v INT)")
+    subscribe("c", 1, schema, "t")
+    logs = scratch_dir("relay-changelog-")
+    env = {"RELAY_LOGGER_PATH": logs, "RELAY_LOGGER_SCHEMA": schema, "RELAY_LOGGER_FORMAT": "json"}
+    worker = start_worker(server, server.binlog_position(), batch_ms=10, **env)
+    server.execute(f"INSERT INTO `{schema}`.t (v) VALUES (0)")
+    caught_up(server, worker)
+    server.execute(f"INSERT INTO `{schema}`.t (v) SELECT seq FROM seq_1_to_50000", database=schema)
+    target = server.binlog_position()
+
+    def committed() -> bool:
+        checkpoint = Checkpoint.objects.first()
+        return checkpoint is not None and (checkpoint.binlog_file, checkpoint.binlog_pos) >= target
+
+    wait_for(committed, 120, interval=0.002, message="the large transaction committed")
+    worker.kill()
+    worker = start_worker(server, None, batch_ms=10, **env)
+    server.execute(f"INSERT INTO `{schema}`.t (v) VALUES (1)")
+    caught_up(server, worker, timeout=120)
+    expected = [str(row[0]) for row in server.query(f"SELECT id FROM `{schema}`.t ORDER BY id")]
+    assert [key for *_, key in queue_of("c")] == expected
+    logged = [json.loads(line)["after"]["id"] for path in sorted(logs.glob("*.jsonl")) for line in path.open()]
+    assert logged == expected
+    assert worker.stop() == 0
+    assert [path.name for path in logs.iterdir() if not path.name.endswith(".jsonl")] == []
+
+
 def test_a_large_transaction_is_applied_whole_across_kills(fresh_schema: tuple[MariaDB, str]) -> None:
     """A 30,000-row transaction arrives in parts; kills in the middle of it never leave half of it queued, nor its
     change log lines twice (they were written part by part before the commit, and again when applied again)."""

@@ -10,18 +10,20 @@ Two layouts, chosen by ``[Logger] Format``:
 * ``json``: one JSON object per row change in ``relaylogs-YYYYMMDD.jsonl`` (values as strings, NULL as null,
   binary as base64, columns missing from a partial row image left out).
 
-Lines are written per batch, after the batch has committed, with the file kept open until the day changes. A
-transaction applied in parts (one store transaction over many batches) is spooled (:meth:`ChangeLog.spool`) to
-unnamed temporary files beside the log and appended once it has committed: applied again after a rollback (the
-source or the store went away meanwhile, the worker was killed), its lines are not written twice. Times are the
-events' own times in the relay's local time zone (the original used the time of processing).
+Each committed row change is in the log once, whatever happens to the worker: a batch's lines are spooled to
+unnamed temporary files beside the log and put in it as the last step of the batch's store transaction, behind a
+marker that says how to take them back (:class:`ChangeSpool`); a batch that rolls back (or whose worker was killed
+before its commit) has them taken back, one applied in parts as much as any. Files are kept open until the day
+changes. Times are the events' own times in the relay's local time zone (the original used the time of processing).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -29,11 +31,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from binlog import NOT_PRESENT, Transaction
+from binlog import NOT_PRESENT, Position, Transaction
 from binlog.constants import KIND_LETTERS, KIND_NAMES
 from relay.config import LoggerConfig
 
 log = logging.getLogger("relay.worker.changelog")
+
+#: The marker of a batch whose lines are in the log but whose store transaction may not have committed.
+PENDING = ".relaylogs-pending.json"
 
 # MYSQL_TYPE_DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, LONGLONG, INT24: written without quotes.
 BARE_TYPES = frozenset({0, 1, 2, 3, 4, 5, 8, 9})
@@ -111,8 +116,12 @@ class ChangeLog:
         self._open: dict[str, tuple[str, TextIO]] = {}  # layout -> (day, file)
 
     def write(self, transactions: Iterable[Transaction]) -> int:
-        """Writes the lines of committed transactions."""
-        return self._write(transactions, self._file)
+        """Writes the lines of transactions already committed (all of a spool's steps at once); how many changes."""
+        spool = self.spool()
+        written = spool.write(transactions)
+        spool.publish(Position("", 0))
+        spool.finish()
+        return written
 
     def spool(self) -> ChangeSpool:
         """Lines held until their store transaction commits (:meth:`ChangeSpool.commit`)."""
@@ -148,31 +157,81 @@ class ChangeLog:
             return current[1]
         if current is not None:
             current[1].close()
-        suffix = "txt" if layout == "text" else "jsonl"
-        path = Path(self.config.path) / f"relaylogs-{day}.{suffix}"
+        path = self._path(layout, day)
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115 - kept open per day
         self._open[layout] = (day, handle)
         return handle
+
+    def _path(self, layout: str, day: str) -> Path:
+        return Path(self.config.path) / f"relaylogs-{day}.{'txt' if layout == 'text' else 'jsonl'}"
 
     def close(self) -> None:
         for _, handle in self._open.values():
             handle.close()
         self._open.clear()
 
+    def pending_path(self) -> Path:
+        return Path(self.config.path) / PENDING
+
+    def recover(self, checkpoint: Position | None) -> None:
+        """At a worker's start: the lines of a batch published before a kill stay if the store's checkpoint shows
+        the batch committed (it is at the batch's end), and go otherwise."""
+        try:
+            marker = json.loads(self.pending_path().read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.error("change log %s: its marker %s cannot be read (%s); left as it is", self.config.path, PENDING, exc)
+            return
+        committed = checkpoint is not None and (checkpoint.file, checkpoint.pos) == (marker["file"], marker["pos"])
+        if committed:
+            with contextlib.suppress(FileNotFoundError):
+                self.pending_path().unlink()
+        else:
+            self.take_back(marker["sizes"])
+            log.warning(
+                "change log %s: the lines of a batch that did not commit (ending at %s:%s) were taken back",
+                self.config.path,
+                marker["file"],
+                marker["pos"],
+            )
+
+    def take_back(self, sizes: dict[str, int] | None = None) -> None:
+        """Cuts the log files back to the sizes the marker recorded, then removes the marker."""
+        try:
+            if sizes is None:
+                sizes = json.loads(self.pending_path().read_text(encoding="utf-8"))["sizes"]
+            self.close()  # reopened at their new ends
+            for path, size in sizes.items():
+                with contextlib.suppress(FileNotFoundError):
+                    os.truncate(path, size)
+            self.pending_path().unlink()
+        except (OSError, ValueError) as exc:
+            log.error("change log %s: cannot take back a batch's lines: %s", self.config.path, exc)
+
 
 class ChangeSpool:
-    """The lines of a transaction applied in parts, in unnamed temporary files in the log's folder (a killed worker
-    leaves none behind), appended to the log by :meth:`commit` once the transaction committed."""
+    """A batch's lines, held in unnamed temporary files beside the log until its store transaction is about to
+    commit, and then put in the log so that they are there exactly once whatever happens to the process:
+
+    * :meth:`publish`, the last step inside the store transaction: writes a marker (``PENDING``: the batch's end
+      position and the size of each log file it appends to), then appends the lines;
+    * :meth:`finish`, after the commit: removes the marker;
+    * :meth:`revert`, when the transaction rolled back: cuts the files back to their sizes and removes the marker;
+    * :meth:`ChangeLog.recover`, when a worker starts: a marker left by a killed process is finished when the store's
+      checkpoint is at its position (the batch committed) and reverted otherwise.
+    """
 
     def __init__(self, log: ChangeLog) -> None:
         self._log = log
         self._files: dict[tuple[str, str], TextIO] = {}  # (layout, day) -> spool
         self._failed = False
+        self._published = False
 
-    def write(self, transactions: Iterable[Transaction]) -> None:
-        if not self._failed:
-            self._log._write(transactions, self._file)
+    def write(self, transactions: Iterable[Transaction]) -> int:
+        """Spools the lines of ``transactions``; how many changes they are."""
+        return 0 if self._failed else self._log._write(transactions, self._file)
 
     def _file(self, layout: str, day: str) -> TextIO:
         spool = self._files.get((layout, day))
@@ -187,21 +246,44 @@ class ChangeSpool:
             self._files[(layout, day)] = spool
         return spool
 
-    def commit(self) -> None:
-        """The transaction committed: its lines go to the log, in order."""
+    def publish(self, position: Position) -> None:
+        """Puts the lines in the log, with a marker of how to take them back (call inside the store transaction,
+        last)."""
+        if not self._files:
+            return
         try:
-            for (layout, day), spool in self._files.items():
+            for _, handle in self._log._open.values():
+                handle.flush()
+            paths = {key: self._log._path(*key) for key in self._files}
+            sizes = {str(path): path.stat().st_size if path.exists() else 0 for path in paths.values()}
+            self._log.pending_path().write_text(
+                json.dumps({"file": position.file, "pos": position.pos, "sizes": sizes}), encoding="utf-8"
+            )
+            self._published = True
+            for key in sorted(self._files, key=lambda key: key[1]):  # day by day: a new day closes the day before
+                spool = self._files[key]
                 spool.seek(0)
-                target = self._log._file(layout, day)
+                target = self._log._file(*key)
                 shutil.copyfileobj(spool, target)
                 target.flush()
         except OSError as exc:  # as for any batch: a full disk must not stop replication
             log.error("change log %s: %s", self._log.config.path, exc)
-        finally:
-            self.discard()
+
+    def finish(self) -> None:
+        """The store transaction committed: the lines stay."""
+        if self._published:
+            with contextlib.suppress(FileNotFoundError):
+                self._log.pending_path().unlink()
+        self.discard()
+
+    def revert(self) -> None:
+        """The store transaction rolled back: the lines published go again."""
+        if self._published:
+            self._log.take_back()
+        self.discard()
 
     def discard(self) -> None:
-        """The transaction rolled back (or its lines are written): nothing of it stays."""
         for spool in self._files.values():
             spool.close()
         self._files.clear()
+        self._published = False

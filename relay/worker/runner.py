@@ -53,6 +53,7 @@ from relay.models import Checkpoint, WorkerStatus
 from relay.startup import first_line
 from relay.store.errors import refused_as_read_only
 from relay.store.schemahistory import open_history
+from relay.store.sql import table
 from relay.worker import bulk, usage, xa
 from relay.worker.changelog import ChangeLog
 from relay.worker.handoff import Empty, RowBoundedHandoff
@@ -312,17 +313,27 @@ class Worker:
         if not self._standby_reported:
             log.info("standby: another worker is active for %s", self.source)
         self._standby_reported = now
+        WorkerStatus.objects.get_or_create(source=self.source)
+        # One statement that commits as it runs (no transaction of the standby's own holds the row between two of its
+        # statements): a standby frozen mid-report never blocks the active worker's batches, which write that row.
+        values: list[Any] = [
+            os.getpid(),
+            socket.gethostname(),
+            connection.ops.adapt_datetimefield_value(timezone.now()),
+        ]
+        update = (
+            f"UPDATE {table(WorkerStatus)} SET standby_pid = %s, standby_hostname = %s, standby_heartbeat = %s"
+            " WHERE source = %s"
+        )
         try:
-            with transaction.atomic():
+            with connection.cursor() as cursor:
                 if connection.vendor == "postgresql":
-                    # The active worker's open batch may hold the status row: this report waits a moment at most, so
-                    # that a standby never hangs on a frozen worker's row lock instead of taking over from it.
-                    with connection.cursor() as cursor:
-                        cursor.execute("SET LOCAL lock_timeout = '500ms'")
-                status, _ = WorkerStatus.objects.get_or_create(source=self.source)
-                WorkerStatus.objects.filter(id=status.id).update(
-                    standby_pid=os.getpid(), standby_hostname=socket.gethostname(), standby_heartbeat=timezone.now()
-                )
+                    # The active worker's open batch may hold the row: this waits a moment at most, so that a standby
+                    # never hangs on a frozen worker's row lock instead of taking over from it. One message, one
+                    # implicit transaction: the setting goes with it, whatever happens.
+                    cursor.execute(f"SET lock_timeout = '500ms'; {update}; RESET lock_timeout", [*values, self.source])
+                else:
+                    cursor.execute(update, [*values, self.source])
         except OperationalError as exc:
             if getattr(exc.__cause__, "pgcode", None) != LOCK_NOT_AVAILABLE:
                 raise
@@ -341,6 +352,7 @@ class Worker:
         lock.fence(
             WorkerStatus.objects.filter(source=self.source).values_list("session_label", flat=True).first() or ""
         )
+        self.changelog.recover(self._checkpoint())  # a batch's lines published before a kill: kept if it committed
         self._clear_standby()
         self._set_status(
             WorkerStatus.State.STARTING,
@@ -717,15 +729,16 @@ class Worker:
                         if part.part == 0:  # the stream reconnected and starts this transaction again
                             raise _Restart(part)
                     self._sample()
+                    spool.publish(part.position)  # last: its lines are taken back if the commit fails
             except _Restart as restart:
-                spool.discard()
+                spool.revert()
                 log.warning("the source connection broke inside a large transaction; applying it again")
                 part = restart.part
                 continue
             except BaseException:
-                spool.discard()
+                spool.revert()
                 raise
-            spool.commit()
+            spool.finish()
             self._applied = part.position
             log.info("applied a transaction of %d rows in parts", rows)
             return
@@ -741,15 +754,22 @@ class Worker:
         )
         # The status report rides in the batch's transaction (one WorkerStatus write, one commit, one WAL flush).
         started = time.monotonic()
-        with transaction.atomic():
-            xa.record(self.source, batch)
-            SnapshotCoordinator.record(placed)
-            ingestor.apply(items, status=self._progress(batch[-1]))
-            self._sample()
+        spool = self.changelog.spool()
+        spool.write(batch)
+        try:
+            with transaction.atomic():
+                xa.record(self.source, batch)
+                SnapshotCoordinator.record(placed)
+                ingestor.apply(items, status=self._progress(batch[-1]))
+                self._sample()
+                spool.publish(items[-1].position)  # last: its lines are taken back if the commit fails
+        except BaseException:
+            spool.revert()
+            raise
+        spool.finish()
         if placed and self._snapshots is not None:
             self._snapshots.applied(time.monotonic() - started, live=any(tx.changes for tx in batch))
         self._applied = items[-1].position
-        self.changelog.write(batch)
 
     def _place_idle(self, ingestor: Ingestor) -> None:
         """While the stream is quiet: a chunk read at the position the worker is at, or a snapshot's end marker."""
