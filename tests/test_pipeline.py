@@ -360,6 +360,8 @@ def test_every_file_of_an_input_directory_is_in_the_report(
     logs = tmp_path / "logs"
     write_change_logs(files, logs, schema, {"json"})
     (logs / "relaylogs-20240303.jsonl.xz").write_bytes(b"\xfd7zXZ\x00")
+    # The worker's marker of a batch it was putting in the log when the logs were copied.
+    (logs / inputs.CHANGE_LOG_MARKER).write_text('{"file": "binlog.000009", "pos": 4, "sizes": {}}')
 
     report, _ = job.run(spark, inputs.collect(spark, str(folder), str(logs)), tmp_path / "out", write=lambda _: None)
     assert report.not_read == [
@@ -367,12 +369,18 @@ def test_every_file_of_an_input_directory_is_in_the_report(
         (f"file:{folder / 'notes.txt'}", "not a binlog file name"),
         (f"file:{logs / 'relaylogs-20240303.jsonl.xz'}", "compressed change log: decompress it first"),
     ]
-    assert report.skipped == [(f"file:{folder / stem}.index", "the binlog index, not a binlog")]
+    assert report.skipped == [
+        (f"file:{folder / stem}.index", "the binlog index, not a binlog"),
+        (
+            f"file:{logs / inputs.CHANGE_LOG_MARKER}",
+            "the change log's marker of a batch being written, not a change log",
+        ),
+    ]
     assert report.problems() == [f"{what}: not read: {why}" for what, why in report.not_read]
     reported = [f.path for f in report.files] + [what for what, _ in report.skipped + report.not_read]
     listed = [f"file:{p}" for directory in (folder, logs) for p in directory.iterdir()]
     assert sorted(reported) == sorted(listed)
-    assert "1 skipped, 3 not read" in report.summary()
+    assert "2 skipped, 3 not read" in report.summary()
 
     # A directory with nothing to read says what it holds instead.
     only = tmp_path / "only"

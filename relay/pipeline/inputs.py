@@ -24,6 +24,8 @@ from relay.pipeline.identity import find_copies, find_cut_copies
 # binlog.000042, mysql-bin.000001, mariadb-bin.123456: a base name and a numeric extension of six digits or more.
 BINLOG_NAME = re.compile(r"^.+\.\d{6,}$")
 LOG_NAME = re.compile(r"^relaylogs-\d{8}\.(txt|jsonl)$")
+# The worker's marker of a batch it is putting in the log (relay/worker/changelog.py PENDING).
+CHANGE_LOG_MARKER = ".relaylogs-pending.json"
 GLOB_CHARACTERS = frozenset("*?[{")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -90,6 +92,9 @@ def why_passed_over(name: str, pattern: re.Pattern[str], what: str) -> PassedOve
     if what == "binlog" and name.endswith(".index"):
         # It lists binlog file names, one a line: nothing in it is a row change.
         return PassedOver("", "the binlog index, not a binlog", uncounted=False)
+    if what == "change log" and name == CHANGE_LOG_MARKER:
+        # The worker's marker of a batch whose lines it is putting in the log: positions and sizes, no row change.
+        return PassedOver("", "the change log's marker of a batch being written, not a change log", uncounted=False)
     return PassedOver("", f"not a {what} file name", uncounted=True)
 
 

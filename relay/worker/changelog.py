@@ -37,7 +37,8 @@ from relay.config import LoggerConfig
 
 log = logging.getLogger("relay.worker.changelog")
 
-#: The marker of a batch whose lines are in the log but whose store transaction may not have committed.
+#: The marker of a batch whose lines are in the log but whose store transaction may not have committed (the usage
+#: pipeline skips it by this name: relay/pipeline/inputs.py CHANGE_LOG_MARKER).
 PENDING = ".relaylogs-pending.json"
 
 # MYSQL_TYPE_DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, LONGLONG, INT24: written without quotes.
