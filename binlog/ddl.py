@@ -691,12 +691,10 @@ class DdlApplier:
             return
         if not p.accept("TABLE"):
             return  # views, indexes, triggers, routines...
-        if_not_exists = p.if_not_exists()
-        schema_, table_ = p.qualified()
-        schema = self._schema(schema_, default_schema)
-        table = self.model.name(table_)
-        if if_not_exists and self.model.get(schema, table) is not None:
+        created = self._new_table(p, default_schema)
+        if created is None:
             return
+        schema, table = created
         paren_like = (
             p.peek() is not None
             and p.peek(1) is not None
@@ -763,13 +761,21 @@ class DdlApplier:
         self.model.put(schema, table, definition)
         changes.append(Change(*self.model.stored_name(schema, table), definition))
 
-    def _create_sequence(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
+    def _new_table(self, p: _Parser, default_schema: str) -> tuple[str, str] | None:
+        """The [IF NOT EXISTS] name a CREATE TABLE or SEQUENCE gives; None when IF NOT EXISTS finds it there."""
         if_not_exists = p.if_not_exists()
         schema_, table_ = p.qualified()
         schema = self._schema(schema_, default_schema)
         table = self.model.name(table_)
         if if_not_exists and self.model.get(schema, table) is not None:
+            return None
+        return schema, table
+
+    def _create_sequence(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
+        created = self._new_table(p, default_schema)
+        if created is None:
             return
+        schema, table = created
         definition = TableDef(SEQUENCE_COLUMNS, (), self.model.database_charset(schema))
         self.model.put(schema, table, definition)
         changes.append(Change(*self.model.stored_name(schema, table), definition))
