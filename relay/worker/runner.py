@@ -707,7 +707,8 @@ class Worker:
         """A transaction that comes in parts: all of them in one store transaction, committed with the last."""
         part = first
         while True:
-            # Its change log lines wait for its commit: applied again, it would write them twice.
+            # Its change log lines are spooled, and go in as the last step of its store transaction (taken back if
+            # it does not commit): applied again, it would otherwise write them twice.
             spool = self.changelog.spool()
             try:
                 rows = 0
