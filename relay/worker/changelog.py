@@ -125,7 +125,7 @@ class ChangeLog:
         return written
 
     def spool(self) -> ChangeSpool:
-        """Lines held until their store transaction commits (:meth:`ChangeSpool.commit`)."""
+        """A batch's lines, put in the log as the last step of its store transaction (:class:`ChangeSpool`)."""
         return ChangeSpool(self)
 
     def _write(self, transactions: Iterable[Transaction], file_for: Callable[[str, str], TextIO]) -> int:
