@@ -339,6 +339,7 @@ def load_config(
     database_url = environ.get("DATABASE_URL", "").strip()
     if database_url:
         database_url = _database_url("DATABASE_URL", database_url)
+        values.raw("Store", "URL")  # a key the relay reads, which DATABASE_URL overrides: not one to warn of
     else:
         database_url = values.parsed("Store", "URL", f"sqlite:///{data_dir / 'relay.sqlite3'}", _database_url)
 

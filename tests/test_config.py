@@ -304,6 +304,8 @@ def test_keys_and_variables_the_relay_does_not_read_are_named(tmp_path: Path) ->
         "environment: RELAY_SERVER_SERVERPROT names no key the relay reads; ignored",
     )
     assert load_config(REPO / "replicaterelay.conf.sample", environ={}).notes == ()
+    overridden = write(tmp_path, "[Store]\nURL=sqlite:////var/lib/relay.sqlite3\n")
+    assert load_config(overridden, environ={"DATABASE_URL": "postgres://db/relay"}).notes == ()
 
 
 def test_a_secret_in_a_file_that_is_not_utf8_keys_as_its_bytes(tmp_path: Path) -> None:
