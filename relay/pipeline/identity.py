@@ -64,14 +64,16 @@ def find_cut_copies(files: Iterable[tuple[str, int]], digest: RangeDigest, head:
     volatile: dict[str, list[tuple[int, int]]] = {}
 
     def stable(uri: str, end: int) -> bytes:
-        if uri not in volatile:
-            volatile[uri] = _volatile(head(uri, BINLOG_HEAD_BYTES))
         return b"".join(digest(uri, to, at) for at, to in _segments(end, volatile[uri]))
 
+    # One small read a file: its first KEY_BYTES give both its volatile bytes and its key (those bytes without them).
     by_key: dict[bytes, list[tuple[int, str]]] = {}
     for uri, size in files:
         if size >= KEY_BYTES:
-            by_key.setdefault(stable(uri, KEY_BYTES), []).append((size, uri))
+            start = head(uri, KEY_BYTES)
+            volatile[uri] = _volatile(start)
+            key = b"".join(start[at:to] for at, to in _segments(KEY_BYTES, volatile[uri]))
+            by_key.setdefault(key, []).append((size, uri))
     cut: dict[str, str] = {}
     for members in by_key.values():
         members.sort(key=lambda member: -member[0])  # longest first, each compared with the longer ones
