@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from binlog.position import Position
+
 
 class BinlogError(Exception):
     """Anything wrong with the binlog or the replication connection that the caller must see."""
@@ -23,6 +28,15 @@ class ChecksumError(BinlogError):
 
 class TruncatedEventError(BinlogError):
     """An event (or a value inside it) is shorter than its own header or layout says."""
+
+
+class RolledBackPartError(BinlogError):
+    """A ROLLBACK TO SAVEPOINT takes back rows of a transaction that already went out in parts (``chunk_rows``):
+    the transaction must be read again from ``start`` and handed on whole."""
+
+    def __init__(self, start: Position, message: str) -> None:
+        super().__init__(message)
+        self.start = start
 
 
 class PurgedPositionError(BinlogError):

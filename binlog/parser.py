@@ -52,7 +52,13 @@ from binlog.constants import (
     XID_EVENT,
 )
 from binlog.ddl import statement_start, tokenize
-from binlog.errors import BinlogError, ChecksumError, TruncatedEventError, UnreadablePositionError
+from binlog.errors import (
+    BinlogError,
+    ChecksumError,
+    RolledBackPartError,
+    TruncatedEventError,
+    UnreadablePositionError,
+)
 from binlog.events import (
     HEADER,
     FormatDescription,
@@ -71,6 +77,7 @@ from binlog.position import Position
 from binlog.reader import lenenc_int
 from binlog.rowdecoder import RowsDecoder, build_rows_decoder
 from binlog.schema import SchemaProvider, TableResolver
+from binlog.schemamodel import fold_name
 from binlog.table import TableInfo
 from binlog.tablemap import TableMap, parse_table_map
 
@@ -166,7 +173,11 @@ class EventDecoder:
         self.provider = schema_provider
         self.chunk_rows = chunk_rows  # a transaction with more rows comes in parts (see Transaction.partial)
         self.chunk_bytes = (chunk_rows or 0) * ROW_BYTES  # or as many bytes of rows events
+        #: The transaction starting at this position comes whole, whatever its size: read in parts, a ROLLBACK TO
+        #: SAVEPOINT in it took back rows of a part already handed on (binlog.stream reads it again).
+        self.whole_at: tuple[str, int] | None = None
         self._part = 0
+        self._emitted = 0  # rows of the open transaction already handed on in parts
         self.resolver = TableResolver(schema_provider)
         self.file = file
         self.pos = pos
@@ -197,6 +208,10 @@ class EventDecoder:
         self.in_transaction = False
         self._xa_open = False  # an XA transaction: its rows end with XA PREPARE, so none may go out in parts before
         self.changes: list[RowChange] = []
+        #: The open transaction's savepoints, oldest first: (name as the server compares it, rows of the transaction
+        #: before it). The source logs SAVEPOINT always, and ROLLBACK TO when the rows after it stay in its binlog
+        #: (a non-transactional table changed meanwhile): those rows are then not committed data.
+        self._savepoints: list[tuple[str, int]] = []
         self._rows_bytes = 0  # of the rows events since the transaction (or its last part) began
         self.statements: list[str] = []
         self.statement_schemas: list[str] = []
@@ -239,6 +254,7 @@ class EventDecoder:
         self.counts.clear()
         self._reset_transaction()
         self._part = 0
+        self._emitted = 0
         self._committed = trx.position
         return trx
 
@@ -256,6 +272,7 @@ class EventDecoder:
             size=self._rows_bytes,
         )
         self._part += 1
+        self._emitted += len(self.changes)
         self.changes = []
         self._rows_bytes = 0
         self.counts.clear()
@@ -342,6 +359,7 @@ class EventDecoder:
                 self.chunk_rows is not None
                 and (len(self.changes) >= self.chunk_rows or self._rows_bytes >= self.chunk_bytes)
                 and not self._xa_open
+                and (self._committed.file, self._committed.pos) != self.whole_at
             ):
                 return self._chunk()
             return None
@@ -538,6 +556,7 @@ class EventDecoder:
             # ROLLBACK is logged only when non-transactional changes in it stayed: they are committed data.
             return self._commit(timestamp)
         if keyword in ("SAVEPOINT", "ROLLBACK", "RELEASE"):
+            self._savepoint(keyword, query)
             return None
         if keyword == "XA":
             words = query.upper().split()
@@ -566,6 +585,43 @@ class EventDecoder:
             self.trx_timestamp = self.trx_timestamp or timestamp
             return self._commit(timestamp)
         return None
+
+    def _savepoint(self, keyword: str, query: str) -> None:
+        """SAVEPOINT, ROLLBACK TO (SAVEPOINT) and RELEASE SAVEPOINT: the rows a rollback to a savepoint takes back
+        leave the transaction (the source logs it only when they stayed in its binlog, after a change it could not
+        take back: that change stays)."""
+        tokens = tokenize(query)
+        words = tokens[statement_start(tokens) + 1 :]  # past SAVEPOINT, RELEASE [SAVEPOINT], ROLLBACK [WORK] TO
+        for optional in ("WORK", "TO", "SAVEPOINT"):
+            if len(words) > 1 and words[0].is_word(optional):
+                words = words[1:]
+        if not words or words[0].kind not in ("word", "name"):
+            raise BinlogError(f"{query[:200]!r} at {self.file}:{self.pos} names no savepoint this reader can read")
+        name = fold_name(words[0].text)
+        marks = [index for index, (held, _rows) in enumerate(self._savepoints) if held == name]
+        if keyword == "SAVEPOINT":
+            if marks:  # set again: the savepoint moves, the others stay
+                del self._savepoints[marks[-1]]
+            self._savepoints.append((name, self._emitted + len(self.changes)))
+            return
+        if not marks:
+            raise BinlogError(
+                f"{query[:200]!r} at {self.file}:{self.pos} names a savepoint this transaction never set: which of "
+                "its rows it took back cannot be told"
+            )
+        index = marks[-1]
+        rows = self._savepoints[index][1]
+        if keyword == "RELEASE":
+            del self._savepoints[index:]
+            return
+        del self._savepoints[index + 1 :]  # a rollback to a savepoint ends those set after it, not itself
+        if rows < self._emitted:
+            raise RolledBackPartError(
+                self._committed,
+                f"{query[:200]!r} at {self.file}:{self.pos} takes back rows of the transaction after "
+                f"{self._committed} that were handed on in parts",
+            )
+        del self.changes[rows - self._emitted :]
 
     def schema_changed(self) -> None:
         """A DDL statement passed: forget cached table layouts and names so later events are read afresh."""

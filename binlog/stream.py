@@ -17,7 +17,14 @@ import pymysql
 
 from binlog.changes import Transaction
 from binlog.connection import ReplicationConnection
-from binlog.errors import BinlogError, ConnectionLostError, PurgedPositionError, ServerError, UnreadablePositionError
+from binlog.errors import (
+    BinlogError,
+    ConnectionLostError,
+    PurgedPositionError,
+    RolledBackPartError,
+    ServerError,
+    UnreadablePositionError,
+)
 from binlog.parser import EventDecoder
 from binlog.position import Position
 from binlog.schema import InformationSchemaProvider, SchemaProvider
@@ -55,6 +62,7 @@ class BinlogStream:
         self._closed = False
         self._lock = threading.Lock()
         self.reconnects = 0
+        self._whole_at: tuple[str, int] | None = None  # a transaction to read whole (EventDecoder.whole_at)
         self.last_error: str = ""
         self.lag_seconds: float = 0.0
         self.connected_at: float = 0.0
@@ -129,6 +137,7 @@ class BinlogStream:
             verify_checksum=self.verify_checksum,
             chunk_rows=self.chunk_rows,
         )
+        self._decoder.whole_at = self._whole_at
         self.connected_at = time.time()
 
     def _drop_connection(self) -> None:
@@ -159,6 +168,13 @@ class BinlogStream:
                 else:
                     self.lag_seconds = 0.0  # a heartbeat: the source has nothing newer
                 yield trx
+            except RolledBackPartError as exc:
+                # Rare (a large transaction, a non-transactional change, then a rollback to a savepoint set before
+                # its last part): it is read again from its start and handed on whole; its parts already handed on
+                # are taken back by the consumer when it sees the transaction start again (Transaction.part 0).
+                log.warning("%s: reading that transaction again, whole", exc)
+                self._whole_at = (exc.start.file, exc.start.pos)
+                self._drop_connection()
             except (PurgedPositionError, UnreadablePositionError) as exc:
                 self.last_error = str(exc)
                 self._drop_connection()

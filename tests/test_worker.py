@@ -397,6 +397,37 @@ def _xa_commit_and_rollback_around_a_restart(server: MariaDB, table: str) -> Non
     assert sorted(server.query(f"SELECT id FROM {table}")) == [(2,), (3,), (4,), (5,)]
 
 
+def test_a_rollback_to_a_savepoint_before_a_part_already_applied_queues_only_what_stayed(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """A large transaction comes in parts; a ROLLBACK TO SAVEPOINT after its first part (logged because a MyISAM
+    table changed meanwhile) takes back rows that part held. The worker takes the part back with its store
+    transaction and applies the transaction again, whole: the queue holds only the rows the source kept, once."""
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY) ENGINE=InnoDB",
+        f"CREATE TABLE `{schema}`.m (id INT PRIMARY KEY) ENGINE=MyISAM",
+    )
+    subscribe("c", 7, schema, "t")
+    worker = start_worker(server, server.binlog_position())
+    server.execute(
+        "BEGIN",
+        f"INSERT INTO `{schema}`.t SELECT seq FROM `{schema}`.seq_1_to_10",
+        "SAVEPOINT s",
+        f"INSERT INTO `{schema}`.t SELECT seq FROM `{schema}`.seq_11_to_8000",  # past the worker's part of 5,000
+        f"INSERT INTO `{schema}`.m VALUES (1)",
+        "ROLLBACK TO SAVEPOINT s",
+        f"INSERT INTO `{schema}`.t VALUES (8001), (8002)",
+        "COMMIT",
+    )
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (9000)")
+    caught_up(server, worker)
+    held = [str(row[0]) for row in server.query(f"SELECT id FROM `{schema}`.t ORDER BY id")]
+    assert [key for *_, key in queue_of("c")] == held == [*map(str, range(1, 11)), "8001", "8002", "9000"]
+    assert "reading that transaction again, whole" in worker.output
+    worker.stop()
+
+
 def test_second_worker_is_a_standby_and_takes_over(fresh_schema: tuple[MariaDB, str]) -> None:
     server, schema = fresh_schema
     server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
