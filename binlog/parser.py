@@ -101,6 +101,17 @@ _DEFAULT_FDE = FormatDescription(
 _DDL_PREFIXES = ("CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "IMPORT", "REPAIR", "OPTIMIZE")
 
 
+#: Statements that change rows. In a binlog of row events they come as statements only when the source logged
+#: their changes so: TRUNCATE always, the others from a session whose binlog_format is STATEMENT or MIXED. Their row
+#: changes are then nowhere in the binlog, and no reader of rows can hand them on.
+ROW_CHANGING_KEYWORDS = frozenset(("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD", "TRUNCATE"))
+
+
+def changes_rows_as_statement(query: str) -> bool:
+    """The statement changed rows, and the binlog holds it instead of its row changes."""
+    return _statement_keyword(query) in ROW_CHANGING_KEYWORDS
+
+
 def _statement_keyword(query: str) -> str:
     """The first keyword of a statement, upper-cased, past leading comments and whitespace."""
     text = query.lstrip()
@@ -576,6 +587,12 @@ class EventDecoder:
             return trx
         self.statements.append(query)
         self.statement_schemas.append(schema)
+        if keyword in ROW_CHANGING_KEYWORDS:
+            logger("binlog.parser").warning(
+                "%r at %s:%d changed rows as a statement: the binlog holds no row changes of it to hand on",
+                query[:300],
+                *self._where(),
+            )
         if keyword in _DDL_PREFIXES:
             self.schema_changed()
             follow = getattr(self.provider, "statement", None)  # a schema history (binlog.schemahistory) follows DDL

@@ -354,6 +354,13 @@ class WorkerStatus(models.Model):
     )
     last_schema_problem = models.TextField(blank=True, default="")
     last_schema_problem_at = models.DateTimeField(null=True, blank=True)
+    unrelayed_statements = models.BigIntegerField(
+        default=0,
+        help_text="statements that changed rows and are in the binlog as statements, not row changes (TRUNCATE, or "
+        "a session's binlog_format STATEMENT or MIXED): no client received their changes",
+    )
+    last_unrelayed_statement = models.TextField(blank=True, default="")
+    last_unrelayed_statement_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "worker status"

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
+from django.test import Client as HttpClient
 
 from binlog import Position
 from devtools.sandbox import MariaDB
@@ -425,6 +426,34 @@ def test_a_rollback_to_a_savepoint_before_a_part_already_applied_queues_only_wha
     held = [str(row[0]) for row in server.query(f"SELECT id FROM `{schema}`.t ORDER BY id")]
     assert [key for *_, key in queue_of("c")] == held == [*map(str, range(1, 11)), "8001", "8002", "9000"]
     assert "reading that transaction again, whole" in worker.output
+    worker.stop()
+
+
+def test_row_changes_logged_as_statements_are_named_counted_and_shown(
+    fresh_schema: tuple[MariaDB, str], viewer: HttpClient
+) -> None:
+    """TRUNCATE, and DML from a session with binlog_format STATEMENT, are in the binlog as statements: their row
+    changes reach no client. The worker says so: each in its log, counted in /metrics, the last on the dashboard."""
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v INT)", f"INSERT INTO `{schema}`.t VALUES (1, 1)")
+    subscribe("copy", 7, schema, "t")
+    worker = start_worker(server, server.binlog_position())
+    server.execute(
+        "SET SESSION binlog_format = STATEMENT",
+        f"INSERT INTO `{schema}`.t VALUES (2, 2)",
+        f"UPDATE `{schema}`.t SET v = 5 WHERE id = 1",
+    )
+    server.execute(f"TRUNCATE TABLE `{schema}`.t")
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (3, 3)")
+    caught_up(server, worker)
+    assert queue_of("copy") == [("t", 1, "3")]  # the one change in the binlog as a row
+    status = WorkerStatus.objects.get()
+    assert status.unrelayed_statements == 3 and status.last_unrelayed_statement == f"TRUNCATE TABLE `{schema}`.t"
+    assert f'relay_unrelayed_statements_total{{source="{status.source}"}} 3' in render_metrics()
+    for statement in ("INSERT INTO", "UPDATE", "TRUNCATE TABLE"):
+        assert f"{statement} `{schema}`.t" in worker.output and "changed rows as a statement" in worker.output
+    overview = viewer.get("/").content.decode()
+    assert "Row changes logged as statements" in overview and f"TRUNCATE TABLE `{schema}`.t" in overview
     worker.stop()
 
 

@@ -173,6 +173,13 @@ def _exposition(now: datetime, verdict: health.Health) -> str:
         "went out with positional names (@1, @2...) until the history knew it again.",
         [({"source": name}, worker.schema_problems) for name, worker, _ in workers],
     )
+    out.family(
+        "relay_unrelayed_statements_total",
+        "counter",
+        "Statements that changed rows and are in the binlog as statements, not as row changes (TRUNCATE, or a "
+        "session's binlog_format STATEMENT or MIXED): no client received their changes.",
+        [({"source": name}, worker.unrelayed_statements) for name, worker, _ in workers],
+    )
     held = dict(PreparedTransaction.objects.values("source").annotate(n=Count("id")).values_list("source", "n"))
     out.family(
         "relay_xa_prepared_transactions",

@@ -24,7 +24,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +46,7 @@ from django.utils import timezone
 from binlog import BinlogError, Position, PurgedPositionError, SourceSettings, Transaction
 from binlog.connection import ReplicationConnection
 from binlog.errors import AccessDeniedError, ConnectionLostError, UnreadablePositionError
+from binlog.parser import changes_rows_as_statement
 from binlog.stream import BinlogStream
 from relay import store
 from relay.config import RelayConfig
@@ -761,7 +762,7 @@ class Worker:
             with transaction.atomic():
                 xa.record(self.source, batch)
                 SnapshotCoordinator.record(placed)
-                ingestor.apply(items, status=self._progress(batch[-1]))
+                ingestor.apply(items, status=self._progress(batch[-1], batch))
                 self._sample()
                 spool.publish(items[-1].position)  # last: its lines are taken back if the commit fails
         except BaseException:
@@ -786,8 +787,9 @@ class Worker:
         if placed:
             self._snapshots.applied(time.monotonic() - started, live=False)
 
-    def _progress(self, last: Transaction) -> dict[str, Any]:
-        """The WorkerStatus fields a batch ending with ``last`` reports (written by the ingest's one status update)."""
+    def _progress(self, last: Transaction, batch: Sequence[Transaction] = ()) -> dict[str, Any]:
+        """The WorkerStatus fields a batch ending with ``last`` reports (written by the ingest's one status update);
+        ``batch``: its transactions, ``last`` among them."""
         stream = self._stream
         position = last.position
         # The dashboard computes the lag when it reads (relay/web/health.py): from the source time of the newest
@@ -806,6 +808,11 @@ class Worker:
             progress["schema_problems"] = bulk.Added(problems)
             # Counted once the batch's transaction commits; a batch that rolls back leaves them for the next one.
             transaction.on_commit(lambda: self._drop_problems(problems))
+        unrelayed = [query for tx in batch or (last,) for query in tx.statements if changes_rows_as_statement(query)]
+        if unrelayed:  # logged by the decoder; counted for /metrics and the dashboard (relay_unrelayed_statements)
+            progress["last_unrelayed_statement"] = unrelayed[-1][:2000]
+            progress["last_unrelayed_statement_at"] = timezone.now()
+            progress["unrelayed_statements"] = bulk.Added(len(unrelayed))
         return {
             "state": WorkerStatus.State.CONNECTED,
             "lag_seconds": getattr(stream, "lag_seconds", None),
