@@ -53,8 +53,6 @@ def preflight(settings: SourceSettings) -> list[str]:
                 f"binlog_row_metadata is {metadata.upper()}: set binlog_row_metadata=FULL so column names, "
                 "signedness and ENUM/SET labels travel with the events"
             )
-        if (_variable(conn, "binlog_transaction_compression") or "0") in ("1", "ON"):
-            problems.append("binlog_transaction_compression is ON: set it OFF (compressed payloads are not decoded)")
         if "PARTIAL_JSON" in (_variable(conn, "binlog_row_value_options") or "").upper():
             problems.append("binlog_row_value_options is PARTIAL_JSON: set binlog_row_value_options=''")
         if (_variable(conn, "encrypt_binlog") or "0") in ("1", "ON"):

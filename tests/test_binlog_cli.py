@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from binlog import NOT_PRESENT, InformationSchemaProvider, RowChange, read_binlog_files
 from binlog.cli import change_as_json, change_as_text
 from binlog.table import ColumnInfo
@@ -642,3 +644,16 @@ def test_dump_text_of_mysql_payloads_and_partial_json_updates(tmp_path: Path) ->
         expected = [change_as_text(c) for t in read_binlog_files([path], schema_provider=provider) for c in t.changes]
         assert len(expected) == count
         assert [line for lines in text_lines([path], schema_provider=provider) for line in lines] == expected
+
+
+def test_check_does_not_ask_to_turn_off_what_the_decoder_reads(
+    mariadb: MariaDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MySQL's compressed transactions are decoded (binlog/payload.py): a source that writes them is ready."""
+    from binlog import check
+    from tests.helpers.mariadb import settings_for
+
+    real = check._variable
+    mysql_only = {"binlog_transaction_compression": "ON"}
+    monkeypatch.setattr(check, "_variable", lambda conn, name: mysql_only.get(name) or real(conn, name))
+    assert check.preflight(settings_for(mariadb)) == []

@@ -411,3 +411,18 @@ def test_with_the_real_worker(fresh_schema: tuple[MariaDB, str]) -> None:
     assert f"{schema}.nokey: failed after 0 rows: " in failing.output
     assert "no primary key" in failing.output
     worker.stop()
+
+
+def test_the_clients_named_for_an_unknown_one_carry_no_control_characters() -> None:
+    store.open_session("evil\x1b[2J\x1b]0;pwned\x07", "10.0.0.9:4000")
+    with pytest.raises(SystemExit) as stopped:
+        call_command("snapshot", "--client", "nobody", "shop.orders")
+    message = str(stopped.value.code)
+    assert message.startswith("snapshot: no client named 'nobody' (clients: evil")
+    assert "\x1b" not in message and "\x07" not in message, repr(message)
+
+
+def test_a_usage_error_exits_1_not_the_timeout_status() -> None:
+    """Exit 2 means --timeout passed and the snapshot goes on: a bad argument must not say that."""
+    process = RelayProcess(relay_env(None), "snapshot", "--client", "loader", "shop.orders", "--timeout", "abc").start()
+    assert process.wait(60) == 1 and "invalid float value" in process.output, process.output

@@ -243,7 +243,13 @@ def _exposition(now: datetime, verdict: health.Health) -> str:
         "relay_server_report_age_seconds",
         "gauge",
         "Seconds since the runrelay process last reported (until another one removes it, once it stops reporting).",
-        [({"hostname": row.process.hostname, "pid": str(row.process.pid)}, row.report_age) for row in processes],
+        [
+            (
+                {"hostname": row.process.hostname, "pid": str(row.process.pid), "process_id": str(row.process.id)},
+                row.report_age,
+            )
+            for row in processes
+        ],
     )
     clients = dashboard.client_rows(now)
     out.family("relay_clients", "gauge", "Clients ever registered.", [({}, len(clients))])

@@ -20,8 +20,9 @@ stops the snapshot: the worker goes on with it.
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser
 
@@ -32,6 +33,7 @@ from relay.management.snapshotwatch import (
     KNOWN_CLIENTS_SHOWN,
     Display,
     Watch,
+    printable,
     table_name,
     watch_command,
 )
@@ -46,6 +48,20 @@ class Command(BaseCommand):
         "Queue the current rows of tables into a client's queue, read by the binlog worker in key order, in order "
         "with the stream; wait and show the progress (or --no-wait), or --cancel."
     )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        usage_error = parser.error
+
+        def error(message: str) -> NoReturn:
+            # A usage error exits 1 like every other refusal: 2 means "--timeout passed, the snapshot goes on".
+            if not parser.called_from_command_line:
+                usage_error(message)
+            parser.print_usage(sys.stderr)
+            raise SystemExit(f"{parser.prog}: error: {message}")
+
+        parser.error = error  # type: ignore[method-assign]
+        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--config", help="path of replicaterelay.conf (default: $RELAY_CONFIG or ./)")
@@ -122,7 +138,9 @@ class Command(BaseCommand):
         if client is not None:
             return client
         known = list(Client.objects.order_by("name").values_list("name", flat=True)[: KNOWN_CLIENTS_SHOWN + 1])
-        listed = ", ".join(known[:KNOWN_CLIENTS_SHOWN]) + (", ..." if len(known) > KNOWN_CLIENTS_SHOWN else "")
+        listed = ", ".join(printable(name) for name in known[:KNOWN_CLIENTS_SHOWN]) + (
+            ", ..." if len(known) > KNOWN_CLIENTS_SHOWN else ""
+        )
         hint = f" (clients: {listed})" if known else " (no client has registered yet)"
         raise fail(
             f"snapshot: no client named {name!r}{hint}; a client registers by connecting over the relay protocol"
