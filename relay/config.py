@@ -453,6 +453,9 @@ def database_settings(url: str) -> dict[str, Any]:
     if parts.scheme not in ("postgres", "postgresql"):
         raise ConfigError(f"DATABASE_URL: unsupported scheme {parts.scheme!r}")
     options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    # libpq waits for ever for a server that accepts and never answers (frozen): the health check, a worker and a
+    # relay would hang on connecting instead of saying the store does not answer. The URL may set its own.
+    options.setdefault("connect_timeout", "5")
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "relay",

@@ -162,7 +162,8 @@ def test_database_settings_from_urls() -> None:
     pg = database_settings("postgres://u:p%40ss@h:5433/db?sslmode=require")
     assert pg["ENGINE"] == "django.db.backends.postgresql"
     assert (pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"], pg["NAME"]) == ("u", "p@ss", "h", "5433", "db")
-    assert pg["OPTIONS"] == {"sslmode": "require"}
+    assert pg["OPTIONS"] == {"sslmode": "require", "connect_timeout": "5"}  # libpq would wait for ever by default
+    assert database_settings("postgres://h/db?connect_timeout=30")["OPTIONS"] == {"connect_timeout": "30"}
     lite = database_settings("sqlite:////tmp/x.sqlite3")
     assert (lite["ENGINE"], lite["NAME"]) == ("django.db.backends.sqlite3", "/tmp/x.sqlite3")
 

@@ -361,3 +361,54 @@ def test_ping_counts_as_activity(viewer: HttpClient) -> None:
         assert client.last_seen is not None and client.last_seen > long_ago + timedelta(minutes=9)
         html = viewer.get(f"/clients/{client.id}/").content.decode()
         assert "Last activity" in html and "127.0.0.1" in html
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(os.environ.get("RELAY_TEST_STORE", "postgres") != "postgres", reason="a PostgreSQL store")
+def test_a_frozen_store_is_named_within_the_timeout_on_a_kept_connection_and_on_a_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store that stops answering without closing (SIGSTOP, a paused VM): its statement_timeout never fires, and
+    the kernel still acknowledges. The check answers store_unreachable within its timeout on a connection it kept,
+    and within the connect timeout on a new one, and is green again once the store answers."""
+    from django.db import connection
+
+    from tests.helpers.proxy import Proxy
+
+    monkeypatch.setenv("RELAY_HEALTH_STORE_TIMEOUT", "1")
+    settings = connection.settings_dict
+    saved = settings["HOST"], settings["PORT"]
+    proxy = Proxy(int(settings["PORT"] or 5432))
+    verdicts: list[tuple[set[str], float]] = []
+
+    def checks() -> None:
+        from django.db import connection as own  # this thread's connection, through the proxy
+
+        try:
+            for step in ("kept", "frozen", "new", "thawed"):
+                if step == "frozen":
+                    proxy.frozen = True
+                elif step == "new":
+                    own.close()
+                elif step == "thawed":
+                    proxy.frozen = False
+                    proxy.cut()  # the connection the frozen read left behind
+                started = time.monotonic()
+                verdict = health.check()
+                verdicts.append(({reason.code for reason in verdict.reasons}, time.monotonic() - started))
+        finally:
+            own.close()
+
+    settings["HOST"], settings["PORT"] = "127.0.0.1", str(proxy.port)
+    try:
+        thread = threading.Thread(target=checks, daemon=True)
+        thread.start()
+        thread.join(60)
+        assert not thread.is_alive(), verdicts
+    finally:
+        settings["HOST"], settings["PORT"] = saved
+        proxy.close()
+    (kept, _), (frozen, frozen_seconds), (new, new_seconds), (thawed, _) = verdicts
+    assert "store_unreachable" not in kept and "store_unreachable" not in thawed
+    assert frozen == {"store_unreachable"} and frozen_seconds < 1 + 1 + 2
+    assert new == {"store_unreachable"} and new_seconds < 5 + 2  # the store URL's default connect_timeout

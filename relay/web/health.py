@@ -22,6 +22,9 @@ questions of the same rule.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -179,11 +182,43 @@ class Health:
 def store_reachable() -> str:
     """The empty string when the store answers a query, else the error."""
     try:
-        with connection.cursor() as cursor:
+        connection.ensure_connection()  # a new connection waits at most the store URL's connect_timeout
+        with store_deadline(), connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return ""
     except Exception as exc:  # noqa: BLE001 - any store failure means unhealthy, whatever the driver raises
         return str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def store_deadline() -> Iterator[None]:
+    """Past ``store_read_seconds`` and a second, the connection's socket is shut down: the read waiting on it fails
+    at once. PostgreSQL's statement_timeout is the server's own: a frozen server (SIGSTOP, a paused VM, a host
+    swapping) never sends the cancel, and its kernel still acknowledges, so the read would wait for ever. The
+    connection is then dropped (Django closes one whose rollback failed)."""
+    if connection.vendor != "postgresql" or connection.connection is None:
+        yield
+        return
+    descriptor = connection.connection.fileno()
+    guard = threading.Lock()
+    over = False
+
+    def expire() -> None:
+        with guard:
+            if over:
+                return
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(descriptor)) as duplicate:
+                duplicate.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(store_read_seconds() + 1, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with guard:  # the socket is never shut once the reads are over (the connection may serve the next request)
+            over = True
+        timer.cancel()
 
 
 def store_read_seconds() -> float:
@@ -202,7 +237,8 @@ def bounded_reads() -> Iterator[None]:
     if connection.vendor != "postgresql":
         yield
         return
-    with transaction.atomic():
+    connection.ensure_connection()
+    with store_deadline(), transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{store_read_seconds() * 1000:.0f}"])
         yield
