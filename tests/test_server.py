@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import socket
 import struct
@@ -1086,3 +1087,56 @@ def test_the_event_loop_is_the_standard_one_unless_asked_otherwise(monkeypatch: 
     assert event_loop_factory("UVLoop") is uvloop.new_event_loop
     with pytest.raises(ValueError, match="RELAY_EVENT_LOOP='trio': not one of auto, uvloop, asyncio"):
         event_loop_factory("trio")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a PostgreSQL table lock")
+def test_a_ping_of_a_session_is_answered_while_the_store_is_stalled() -> None:
+    """PING needs nothing from the store: a session's PING (its first, then one every PING_ACTIVITY_SECONDS, which
+    is written as its last activity) is answered at once while a lock holds the client table; the write follows."""
+    from tests.helpers.postgres import store_session
+
+    relay = ServerThread().start()
+    lock = store_session()
+    try:
+        client = authed(relay, "pinger")
+        lock.cursor().execute(f"LOCK TABLE {Client._meta.db_table} IN ACCESS EXCLUSIVE MODE")
+        client.sock.settimeout(2)
+        assert client.request(Command.PING) == (Result.OK, b"PONG\x00")
+        assert client.request(Command.PING) == (Result.OK, b"PONG\x00")  # its write still waits: not written twice
+    finally:
+        lock.rollback()
+        lock.close()
+        relay.stop()
+
+
+def test_a_request_racing_a_newer_auth_of_its_client_is_refused_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """A request checked against its session runs one loop turn later; a newer AUTH of the same name served in
+    between takes the session over (the old connection is closed): the request is no unexpected error."""
+    relay = ServerThread().start()
+    try:
+        old = authed(relay, "raced")
+        new = relay.connect()
+        assert new.request(Command.PING)[0] == 0  # accepted and served: the loop reads it from now on
+        assert relay.loop is not None
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            held.set()
+            release.wait(10)
+
+        with caplog.at_level(logging.INFO, logger="relay.server"):
+            relay.loop.call_soon_threadsafe(hold)
+            assert held.wait(10)
+            # Both arrive while the loop is held, so one turn of the loop reads both: the AUTH first.
+            new.send(encode_request(Command.AUTH, encode_auth(server_key(SECRET), "raced")))
+            time.sleep(0.05)
+            old.send(encode_request(Command.STATUS, client_id=old.client_id, token=old.token))
+            time.sleep(0.2)
+            release.set()
+            assert new.reply()[0] == 0
+            assert old.closed_by_peer()
+            time.sleep(0.2)
+        unexpected = [r for r in caplog.records if "unexpected error" in r.getMessage()]
+        assert not unexpected, unexpected[0].exc_text or unexpected[0].getMessage()
+    finally:
+        relay.stop()

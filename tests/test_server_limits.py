@@ -385,3 +385,47 @@ def test_a_client_pipelining_hundreds_of_requests_shares_the_loop_with_the_other
         assert written.count("flood") == count
     finally:
         relay.stop()
+
+
+def test_idle_connections_past_the_descriptor_limit_do_not_lock_clients_out() -> None:
+    """Under a common soft RLIMIT_NOFILE (512 here; systemd's default is 1024) and the default --max-connections
+    (10,000), silent connections would use up the descriptors before any connection limit acts: accept() would fail
+    (a traceback each) and a real client wait for the AUTH deadline. The relay raises its soft limit to what its
+    connection limit needs."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+    try:
+        relay, port = start_relay()  # inherits the soft limit
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    flood = []
+    try:
+        for _ in range(700):
+            flood.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        time.sleep(0.5)
+        took = served(port, "real", retries=20)
+        assert took < 5, f"a client waited {took:.1f}s to be served (descriptors exhausted by idle connections)"
+        assert "Too many open files" not in relay.output
+    finally:
+        for sock in flood:
+            sock.close()
+        relay.stop()
+
+
+def test_a_descriptor_limit_it_cannot_raise_lowers_the_connection_limit(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the hard limit is low, the connection limits (which close silent connections to make room) are lowered
+    to fit, with a warning, so that they act before accept() fails."""
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (512, 512))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, limits: None)
+    options = server_module.ServerOptions(max_connections=10_000, max_connections_per_address=1_000)
+    with caplog.at_level(logging.WARNING, logger="relay.server"):
+        fitted = server_module.descriptor_room(options)
+    room = 512 - server_module.RESERVED_DESCRIPTORS - options.store_threads
+    assert (fitted.max_connections, fitted.max_connections_per_address) == (room, room)
+    assert "only 512 file descriptors" in caplog.text

@@ -161,6 +161,9 @@ class Connection(asyncio.Protocol):
         self._unsent: tuple[SessionQueue, Delivery] | None = None
         #: Loop time of the last PING written as activity (the client's last_seen), see _ping_activity.
         self._ping_written = 0.0
+        self._ping_write: asyncio.Task[None] | None = (
+            None  # the last PING's activity write (kept: a task needs a reference)
+        )
         #: What arrived and is not served yet: the start of a request, or requests sent ahead.
         self._input: bytes | bytearray = b""
         #: The request being served by a task (every request but a PING and a POLL from the read-ahead).
@@ -402,10 +405,18 @@ class Connection(asyncio.Protocol):
                 self._unsent = (session, delivery)
                 self._send(delivery.payload)
                 return
-        elif command == Command.PING and (
-            self.session is None or self.loop.time() - self._ping_written < PING_ACTIVITY_SECONDS
-        ):
+        elif command == Command.PING:
+            # Never waits for the store: the activity write (at most one per PING_ACTIVITY_SECONDS) goes behind it.
             self._send(PONG_REPLY)
+            session = self.session
+            now = self.loop.time()
+            if (
+                session is not None
+                and now - self._ping_written >= PING_ACTIVITY_SECONDS
+                and (self._ping_write is None or self._ping_write.done())  # a stalled store: one write at a time
+            ):
+                self._ping_written = now
+                self._ping_write = self.loop.create_task(self._ping_activity(session))
             return
         self._task = self.loop.create_task(self._serve(header, request))
 
@@ -481,30 +492,23 @@ class Connection(asyncio.Protocol):
 
     # -- commands ------------------------------------------------------------------------------------------------
 
-    async def _ping_activity(self) -> None:
+    async def _ping_activity(self, session: SessionQueue) -> None:
         """A PING is activity: the dashboard shows the session's last activity from last_seen. Written at most every
-        PING_ACTIVITY_SECONDS per connection, so a client that pings every few seconds costs one small update per
-        interval; a store error only delays it (the PONG is still sent)."""
-        session = self.session
-        now = self.server.loop.time()
-        if session is None or now - self._ping_written < PING_ACTIVITY_SECONDS:
-            return
-        self._ping_written = now
+        PING_ACTIVITY_SECONDS per connection, behind the PONG, so a client that pings every few seconds costs one
+        small update per interval, and a slow or failing store only delays it."""
         try:
             await self.server.threads.run(_touch_session, session.client_id, session.token)
-        except DatabaseError:
+        except (DatabaseError, RuntimeError):  # RuntimeError: the store threads are shut down
             log.debug("connection %s: last activity not written", self.peer, exc_info=True)
 
     async def _dispatch(self, header: RequestHeader, request: Request) -> bytes:
         command = header.command
-        if command == Command.PING:
-            await self._ping_activity()
-            return PONG_REPLY
         if command == Command.AUTH:
             assert isinstance(request, AuthRequest)
             return await self._auth(request)
         session = self.session
-        assert session is not None  # checked by _request
+        if session is None:  # checked by _request, but a newer AUTH of the client took it over since (kick)
+            return bad_session_reply(header.client_id, header.token)
         try:
             if command == Command.POLL or command == Command.POLLV2:
                 return await self._poll(session, command == Command.POLLV2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import logging
 import os
@@ -104,6 +105,40 @@ class ServerOptions:
     heartbeat_interval: float = 5.0
 
 
+#: Descriptors kept for what is not a client connection: the listener, the store threads' connections, the LISTEN
+#: connection, logs, the event loop's own.
+RESERVED_DESCRIPTORS = 64
+
+
+def descriptor_room(options: ServerOptions) -> ServerOptions:
+    """Raises the soft RLIMIT_NOFILE to what --max-connections needs (up to the hard limit); when it cannot, lowers
+    --max-connections to what the descriptors allow, so that the connection limits (which close unauthenticated
+    connections to make room) act before accept() fails with EMFILE."""
+    import resource
+
+    reserve = RESERVED_DESCRIPTORS + options.store_threads
+    wanted = options.max_connections + reserve
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return options
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft >= wanted:
+        return options
+    room = max(1, soft - reserve)
+    log.warning(
+        "only %d file descriptors (RLIMIT_NOFILE): serving at most %d connections instead of %d (--max-connections)",
+        soft,
+        room,
+        options.max_connections,
+    )
+    return dataclasses.replace(
+        options, max_connections=room, max_connections_per_address=min(options.max_connections_per_address, room)
+    )
+
+
 class RelayServer:
     def __init__(self, secret: str, options: ServerOptions | None = None) -> None:
         self.keys = accepted_keys(secret)  # ValueError on an empty secret
@@ -149,6 +184,7 @@ class RelayServer:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        self.options = descriptor_room(self.options)
         self._stop_requested = asyncio.Event()
         self.notifier = make_notifier(self.threads, self.session_announced)
         await self.notifier.start()

@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.mariadb import free_tcp_port
 
@@ -94,6 +95,21 @@ def postgres_url() -> str:
     cluster = PrivateCluster()
     cluster.start()
     return f"postgres://postgres@127.0.0.1:{cluster.port}/postgres"
+
+
+def store_session() -> Any:
+    """A PostgreSQL session of its own on the test database (psycopg2), e.g. to hold a lock the relay meets."""
+    import psycopg2
+    from django.db import connection
+
+    settings = connection.settings_dict
+    return psycopg2.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"],
+        host=settings["HOST"] or "127.0.0.1",
+        port=settings["PORT"] or 5432,
+        password=settings.get("PASSWORD") or None,
+    )
 
 
 @contextlib.contextmanager
