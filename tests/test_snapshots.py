@@ -761,6 +761,93 @@ def test_a_table_rebuilt_during_a_chunks_read_is_read_again() -> None:
         coordinator.close()
 
 
+@pytest.mark.parametrize("method", ["consistent-snapshot", "watermark"])
+def test_a_chunk_read_before_an_xa_commit_is_visible_leaves_its_rows_to_the_xa_commit(method: str) -> None:
+    """MariaDB writes an XA COMMIT to the binlog before the engine commits it (ha_commit_or_rollback_by_xid: the
+    binlog first): a consistent snapshot taken in between reports a position at or past the XA COMMIT, yet reads the
+    rows as they were before it; a watermark read after a low mark the XA COMMIT precedes may not see it either. The
+    chunk goes after the XA COMMIT: its rows the XA COMMIT touched are left out (the XA COMMIT, queued before the
+    chunk, carries their newer image or their delete), the others are queued."""
+    from binlog.changes import RowChange, Transaction
+    from binlog.constants import KIND_UPDATE
+    from binlog.position import Position
+    from binlog.schema import SchemaColumn
+    from binlog.snapshot import Chunk, SignalTable, TablePlan
+    from binlog.table import TableInfo
+    from relay.config import SnapshotConfig
+    from relay.worker.snapshots import SnapshotCoordinator, _Job
+
+    columns = (
+        SchemaColumn("id", "int", "int(11)", None, False),
+        SchemaColumn("v", "varchar", "varchar(40)", "utf8mb4"),
+    )
+    plan = TablePlan("shop", "t", columns, ("id",), (0,), "InnoDB", 3)
+    info = TableInfo("shop", "t", (), primary_key=("id",))
+    point = Position("binlog.000001", 900)  # the end of the XA COMMIT: the consistent snapshot's reported position
+    marks: list[str] = []
+
+    class NotYetVisible:
+        """The read does not see the XA's rows yet: id 2 before its UPDATE, id 3 before its DELETE."""
+
+        def read(self, plan: TablePlan, after: Any, limit: int, where: str, tokens: Any, found: Any) -> Chunk:
+            marks.extend(tokens)
+            found(point)
+            rows: list[tuple[str | bytes | None, ...]] = [("1", "b"), ("2", "old"), ("3", "gone")]
+            low, high = tokens
+            return Chunk(plan, rows, ("3",), True, point, low, high, keys=[(r[0],) for r in rows])
+
+        def close(self) -> None:
+            pass
+
+    def change(kind: int, before: tuple[str, str] | None, after: tuple[str, str] | None, pos: int) -> RowChange:
+        return RowChange("shop", "t", kind, ("id", "v"), before, after, "binlog.000001", pos, 0, 0, "", info)
+
+    def mark(token: str, pos: int) -> Transaction:
+        signal = RowChange(
+            "relay", "snapshot_signal", KIND_INSERT, ("id", "mark"), None, ("1", token), "binlog.000001", pos, 0, 0,
+            "", TableInfo("relay", "snapshot_signal", ()),
+        )  # fmt: skip
+        return Transaction([signal], Position("binlog.000001", pos + 10))
+
+    coordinator = SnapshotCoordinator({}, SnapshotConfig(method=method), lambda: "")
+    try:
+        coordinator.reader = NotYetVisible()  # type: ignore[assignment]
+        coordinator.signal = SignalTable("relay", "snapshot_signal") if method == "watermark" else None
+        coordinator._checked = time.monotonic() + 60  # no look at the store
+        job = coordinator._job = _Job(1, 1, "shop", "t", "", None, first=True)
+        coordinator._use_plan(job, plan)
+        coordinator.tick()
+        assert coordinator._inflight is not None
+        coordinator._inflight.result(timeout=10)
+        batch = [
+            Transaction([change(KIND_UPDATE, ("1", "a"), ("1", "b"), 300)], Position("binlog.000001", 400)),
+            Transaction([], Position("binlog.000001", 600), xa="prepare", xid="x1"),
+            # As xa.release() hands it to arrange(): the XA COMMIT's changes are the rows its prepare held.
+            Transaction(
+                [change(KIND_UPDATE, ("2", "old"), ("2", "new"), 500), change(KIND_DELETE, ("3", "gone"), None, 550)],
+                point,
+                xa="commit",
+                xid="x1",
+            ),
+        ]
+        if method == "watermark":  # the XA COMMIT comes before the low mark
+            batch += [mark(marks[0], 1000), mark(marks[1], 1100)]
+        out, placed = coordinator.arrange(batch, Position("binlog.000001", 100))
+    finally:
+        coordinator.close()
+    assert len(placed) == 1
+    copy: dict[object, tuple[object, ...]] = {}
+    for tx in out:  # applied in order, as a client does: snapshot rows and inserts as upserts
+        for c in tx.changes:
+            if c.kind in (KIND_SNAPSHOT_START, KIND_SNAPSHOT_END):
+                continue
+            if c.before is not None:
+                copy.pop(c.before[0], None)
+            if c.after is not None:
+                copy[c.after[0]] = tuple(c.after)
+    assert copy == {"1": ("1", "b"), "2": ("2", "new")}
+
+
 def _end_markers_of_runs(coordinator: Any, applied: Any, runs: int) -> list[tuple[Any, ...]]:
     """The worker's loop, ``runs`` times over an idle stream: tick (with a look at the store each time), let the
     reader thread finish, then queue what is due in the batch's store transaction. The end markers queued, in order."""

@@ -11,9 +11,13 @@ key.
 
 The chunk's point is (binlog/snapshot.py):
 
-* the consistent snapshot's binlog position: queued after the last transaction ending at or before it;
+* the consistent snapshot's binlog position: queued after the last transaction ending at or before it, without the
+  rows whose keys an XA COMMIT touched since the previous chunk was queued (MariaDB writes an XA COMMIT to the binlog
+  before the engine commits it, so a snapshot taken in between reports a position past the XA COMMIT but reads the
+  rows as they were before it; the XA COMMIT, queued before the chunk, carries the newer image or the delete);
 * or the high watermark's transaction: queued right after it, without the rows whose keys a change between the two
-  watermarks touched (that change, queued before, carries the newer image or the delete).
+  watermarks touched (that change, queued before, carries the newer image or the delete), nor those of an XA COMMIT
+  since the previous chunk (for the same reason as above).
 
 A DDL on the table: the reader reports it (binlog.snapshot.TableChanged) instead of a chunk in the old layout; the
 chunk is read again in the new one, which the stream's own changes have from the DDL on, or the snapshot fails with
@@ -116,6 +120,9 @@ class _Job:
     estimate: int | None = None
     # record() found the snapshot cancelled (or gone) when its chunk came to be queued, and queued no more of it.
     withdrawn: bool = False
+    # Consistent snapshot: the table's rows of the XA COMMITs the stream passed since the last chunk was queued
+    # (SnapshotCoordinator._note_xa_commits).
+    xa_rows: list[RowChange] = field(default_factory=list)
 
 
 @dataclass
@@ -352,6 +359,7 @@ class SnapshotCoordinator:
                 self._give_up(job)
         chunk = self._ready_chunk(job)
         if job is None or job.plan is None or (self.method == CONSISTENT and job.point is None):
+            self._note_xa_commits(job, batch)
             out.extend(self._without_marks(batch))
             return out, placed
         if self.method == CONSISTENT:
@@ -368,6 +376,7 @@ class SnapshotCoordinator:
                     job.point,
                 )
                 self._drop_read(job)
+                self._note_xa_commits(job, batch)
                 out.extend(batch)
                 return out, placed
             cut = 0
@@ -378,25 +387,63 @@ class SnapshotCoordinator:
                 # The chunk belongs here: wait for its rows if they are still coming (the read of one chunk).
                 chunk = chunk or self._wait_chunk(job)
                 if chunk is None:  # the read failed: nothing is held back, the chunk is read again
+                    self._note_xa_commits(job, batch)
                     out.extend(batch)
                     return out, placed
+                # An XA COMMIT at or before the point may not be visible to the snapshot yet: its rows are left out
+                # of the chunk (the XA COMMIT, queued before it, holds their newer image or their delete).
+                self._note_xa_commits(job, batch[:cut])
+                committed = self._xa_keys(job)
+                job.xa_rows = []
                 out.extend(batch[:cut])
-                out.append(self._place(job, chunk, reached, set(), placed))
+                out.append(self._place(job, chunk, reached, committed, placed))
+                self._note_xa_commits(job, batch[cut:])
                 out.extend(batch[cut:])
             else:
+                self._note_xa_commits(job, batch)
                 out.extend(batch)
             return out, placed
         # Watermarks: the chunk goes right after the transaction that holds its high mark.
         for tx in batch:
             high = self.observe(tx)
+            self._note_xa_commits(job, [tx])
             out.extend(self._without_marks([tx]))
             if high:
                 chunk = self._wait_chunk(job)
                 if chunk is None:
                     continue
-                out.append(self._place(job, chunk, tx.position, job.window or set(), placed))
+                # An XA COMMIT before the low mark may have been invisible to the chunk's read all the same.
+                changed = (job.window or set()) | self._xa_keys(job)
+                job.xa_rows = []
+                out.append(self._place(job, chunk, tx.position, changed, placed))
                 job.window = None
         return out, placed
+
+    def _note_xa_commits(self, job: _Job | None, batch: Sequence[Transaction]) -> None:
+        """Keeps the job's table's rows of each XA COMMIT in ``batch`` until the next chunk is queued. MariaDB
+        completes an XA COMMIT in the binlog first and in the engine after it (ha_commit_or_rollback_by_xid),
+        outside the commit order that START TRANSACTION WITH CONSISTENT SNAPSHOT reads its position under: a
+        snapshot taken in between reports a position at or past the XA COMMIT, and reads the rows as they were
+        before it; a watermark chunk's read, after a low mark the XA COMMIT precedes, may not see it either."""
+        if job is None:
+            return
+        for tx in batch:
+            if tx.xa == "commit":
+                job.xa_rows.extend(c for c in tx.changes if c.table == job.table and c.schema == job.schema)
+
+    @staticmethod
+    def _xa_keys(job: _Job) -> set[tuple[object, ...]]:
+        """The keys (before and after images) of the rows in ``job.xa_rows``."""
+        keys: set[tuple[object, ...]] = set()
+        key = job.plan.key if job.plan else ()
+        for change in job.xa_rows:
+            indexes = _key_indexes(change.columns, key)
+            if indexes is None:
+                continue
+            for image in (change.before, change.after):
+                if image is not None:
+                    keys.add(tuple(image[i] for i in indexes))
+        return keys
 
     def _without_marks(self, batch: Sequence[Transaction]) -> list[Transaction]:
         """The batch without the signal table's rows: the relay's own marks are no client's business."""
@@ -499,7 +546,7 @@ class SnapshotCoordinator:
         rows = 0
         for row, key in zip(chunk.rows, chunk.keys, strict=True):
             if key in changed:
-                continue  # a change inside the watermark window, queued before, holds its newer image
+                continue  # a change inside the watermark window (or an XA COMMIT), queued before, holds its newer image
             changes.append(
                 SnapshotRow(
                     job.client_id,
