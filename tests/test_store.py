@@ -348,6 +348,30 @@ def test_read_entries_matches_the_runs_for_every_window() -> None:
                     assert read == alone, (holding, after, limit, check_runs)
 
 
+def test_a_read_holds_about_its_byte_budget_of_change_data_however_many_changes_it_may_return() -> None:
+    """A FETCH may ask for 10,000 entries and POLL's read-ahead for 128: changes of up to LARGE_CHANGE come with their
+    data in the range read, so 10,000 of almost 1 MiB would be held at once to send a few MiB. The data comes while
+    the changes before it stay within the budget; past it, a change's data is read only if the budget has room."""
+    import tracemalloc
+
+    session = store.open_session("big-rows")
+    value = "x" * 150_000  # about 200 kB stored (base64): 60 of them, 12 MB
+    for _ in range(3):
+        enqueue(session.client_id, [{"id": str(n), "b": value} for n in range(20)], notify=False)
+    tracemalloc.start()
+    try:
+        entries = store.read_entries(session.client_id, 0, 60, byte_budget=1 << 20)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    stored = len(entries[0].data)
+    assert len(entries) == (1 << 20) // stored  # within the budget, in queue order
+    assert [entry.seq for entry in entries] == list(range(1, len(entries) + 1))
+    assert peak < 3 << 20, f"a read of a 1 MiB budget held {peak >> 20} MiB"
+    # A budget smaller than one change still gives the first (a reader always moves on).
+    assert [entry.seq for entry in store.read_entries(session.client_id, 3, 60, byte_budget=1000)] == [4]
+
+
 def test_changes_the_reader_holds_are_checked_not_read_and_read_whole_when_they_differ() -> None:
     session = store.open_session("known")
     enqueue(session.client_id, rows(6))
