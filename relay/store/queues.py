@@ -97,6 +97,24 @@ def change_ids_at(client_id: int, seqs: list[int]) -> dict[int, int]:
     return found
 
 
+def queue_heads(client_id: int | None = None) -> dict[int, tuple[int, int]]:
+    """(change id, source timestamp) of the head entry of every client's backlog (or one client's), in one statement
+    whatever the number of clients: each head's run is found by the (client, seq) index within MAX_RUN of it."""
+    q = connection.ops.quote_name
+    one = "" if client_id is None else " WHERE c.id = %s"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.id, ch.id, ch.{q('timestamp')} FROM {table(Client)} c"
+            f" JOIN {table(QueueState)} s ON s.client_id = c.id AND s.last_seq > c.acked_seq"
+            f" JOIN {table(QueueEntry)} e ON e.client_id = c.id AND e.seq <= c.acked_seq + 1"
+            f" AND e.seq > c.acked_seq + 1 - %s AND e.seq + e.{q('count')} > c.acked_seq + 1"
+            f" JOIN {table(Change)} ch ON ch.id = e.change_id + c.acked_seq + 1 - e.seq"
+            f"{one}",
+            [MAX_RUN] if client_id is None else [MAX_RUN, client_id],
+        )
+        return {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
+
+
 def session_bounds(client_id: int) -> Bounds | None:
     """The queue bounds and the current session token in one statement; None for an unknown client."""
     with connection.cursor() as cursor:

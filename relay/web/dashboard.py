@@ -353,29 +353,23 @@ def _client_row(client: Client, state: QueueCounts | None, now: datetime) -> Cli
     )
 
 
-def _oldest_entries(rows: dict[int, ClientRow], now: datetime) -> None:
-    """Each backlog's head entry and its source time: one index lookup per client with a backlog, then one query."""
-    heads: dict[int, int] = {}
-    for row in rows.values():
-        if row.queue > 0:
-            change_id = store.change_ids_at(row.id, [row.acked_seq + 1]).get(row.acked_seq + 1)
-            if change_id is not None:
-                heads[row.id] = change_id
-    times = dict(Change.objects.filter(id__in=list(heads.values())).values_list("id", "timestamp"))
+def _oldest_entries(rows: dict[int, ClientRow], now: datetime, client_id: int | None) -> None:
+    """Each backlog's head entry and its source time, in one statement for all the clients."""
+    heads = store.queue_heads(client_id)
     # Changes carry the source's time: its measured skew from this host's clock is taken off their age.
     worker = WorkerStatus.objects.exclude(clock_offset_seconds=None).order_by("-heartbeat").first()
     offset = worker.clock_offset_seconds if worker is not None and worker.clock_offset_seconds else 0.0
-    for cid, change_id in heads.items():
-        if change_id in times:
-            rows[cid].oldest_timestamp = times[change_id]
-            rows[cid].oldest_age = max(0.0, now.timestamp() - (times[change_id] - offset))
+    for cid, (_change_id, timestamp) in heads.items():
+        if cid in rows:
+            rows[cid].oldest_timestamp = timestamp
+            rows[cid].oldest_age = max(0.0, now.timestamp() - (timestamp - offset))
 
 
 def client_rows(
     now: datetime | None = None, client_id: int | None = None, *, with_history: bool = True
 ) -> list[ClientRow]:
     """Every client (or one), with its filters, served history and the age of its oldest queued entry: a few
-    queries, plus one index lookup per client with a backlog."""
+    queries, whatever the number of clients."""
     now = now or timezone.now()
     selected = Client.objects.select_related("relay_process")
     if client_id is not None:
@@ -408,7 +402,7 @@ def client_rows(
             served[event.client_id].append(event)
     for cid, events in served.items():
         rows[cid].history = history_items(events, now)
-    _oldest_entries(rows, now)
+    _oldest_entries(rows, now, client_id)
     _discards_last_hour(rows, now)
     return [rows[cid] for cid in ids]
 
@@ -510,9 +504,11 @@ class Backlog:
     total: int  # entries queued over all clients
     by_size: list[ClientRow]  # the largest queues, largest first
     by_age: list[ClientRow]  # the queues with the oldest head entry, oldest first
-    disconnected: list[ClientRow]  # disconnected clients that still hold a backlog, largest first
-    discarding: list[ClientRow]  # clients that discarded entries in the last hour, most first
+    disconnected: list[ClientRow]  # disconnected clients that still hold a backlog, largest first (the worst)
+    discarding: list[ClientRow]  # clients that discarded entries in the last hour, most first (the worst)
     discards_last_hour: int | None  # over all clients; None when no client has an hour-old sample yet
+    disconnected_total: int = 0  # clients of each list in all, the listed ones included
+    discarding_total: int = 0
 
 
 def backlog(rows: list[ClientRow]) -> Backlog:
@@ -520,15 +516,19 @@ def backlog(rows: list[ClientRow]) -> Backlog:
     by_size = sorted(queued, key=lambda row: (-row.queue, row.id))
     aged = [row for row in queued if row.oldest_age is not None]
     known = [row.discards_last_hour for row in rows if row.discards_last_hour is not None]
+    disconnected = [row for row in by_size if row.status == "DISCONNECTED"]
+    discarding = sorted(
+        (row for row in rows if row.discards_last_hour), key=lambda row: (-(row.discards_last_hour or 0), row.id)
+    )
     return Backlog(
         total=sum(row.queue for row in rows),
         by_size=by_size[:BACKLOG_WORST],
         by_age=sorted(aged, key=lambda row: (-(row.oldest_age or 0.0), row.id))[:BACKLOG_WORST],
-        disconnected=[row for row in by_size if row.status == "DISCONNECTED"],
-        discarding=sorted(
-            (row for row in rows if row.discards_last_hour), key=lambda row: (-(row.discards_last_hour or 0), row.id)
-        ),
+        disconnected=disconnected[:BACKLOG_WORST],
+        discarding=discarding[:BACKLOG_WORST],
         discards_last_hour=sum(known) if known else None,
+        disconnected_total=len(disconnected),
+        discarding_total=len(discarding),
     )
 
 

@@ -307,6 +307,11 @@ def evaluate(
                 f"/clients/{row.id}/",
             )
         )
+    if backlog.disconnected_total > len(backlog.disconnected):
+        more = backlog.disconnected_total - len(backlog.disconnected)
+        reasons.append(
+            Reason("disconnected_with_backlog", f"and {more:,} more clients disconnected with a backlog", "/clients/")
+        )
     for row in backlog.by_age:
         if row.oldest_age is not None and row.oldest_age > limits.max_queue_age:
             reasons.append(
@@ -325,6 +330,9 @@ def evaluate(
                 f"/clients/{row.id}/",
             )
         )
+    if backlog.discarding_total > len(backlog.discarding):
+        more = backlog.discarding_total - len(backlog.discarding)
+        reasons.append(Reason("recent_discards", f"and {more:,} more clients discarded in the last hour", "/clients/"))
     return health
 
 
