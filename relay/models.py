@@ -361,6 +361,13 @@ class WorkerStatus(models.Model):
     )
     last_unrelayed_statement = models.TextField(blank=True, default="")
     last_unrelayed_statement_at = models.DateTimeField(null=True, blank=True)
+    change_log_lost = models.BigIntegerField(
+        default=0,
+        help_text="committed changes whose lines are not in the change log ([Logger] Path): its disk could not take "
+        "their batch (full, read-only); the store and the clients' queues have them",
+    )
+    last_change_log_error = models.TextField(blank=True, default="")
+    last_change_log_error_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "worker status"

@@ -180,6 +180,13 @@ def _exposition(now: datetime, verdict: health.Health) -> str:
         "session's binlog_format STATEMENT or MIXED): no client received their changes.",
         [({"source": name}, worker.unrelayed_statements) for name, worker, _ in workers],
     )
+    out.family(
+        "relay_change_log_lost_total",
+        "counter",
+        "Committed changes whose lines are not in the change log ([Logger] Path): its disk could not take their "
+        "batch (full, read-only). The store and the clients' queues have them.",
+        [({"source": name}, worker.change_log_lost) for name, worker, _ in workers],
+    )
     held = dict(PreparedTransaction.objects.values("source").annotate(n=Count("id")).values_list("source", "n"))
     out.family(
         "relay_xa_prepared_transactions",

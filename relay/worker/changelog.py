@@ -27,11 +27,11 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from binlog import NOT_PRESENT, Position, Transaction
+from binlog import NOT_PRESENT, Position, RowChange, Transaction
 from binlog.constants import KIND_LETTERS, KIND_NAMES
 from relay.config import LoggerConfig
 
@@ -111,10 +111,24 @@ def json_line(change: Any) -> str:
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
+def _sizes(sizes: Any) -> dict[str, int]:
+    return {str(path): int(size) for path, size in sizes.items()}
+
+
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1)
+
+
 class ChangeLog:
     def __init__(self, config: LoggerConfig) -> None:
         self.config = config
         self._open: dict[str, tuple[str, TextIO]] = {}  # layout -> (day, file)
+        #: Changes of committed batches whose lines could not go in (a full or unwritable disk: replication goes
+        #: on, the store has them), and the last error: the worker reports them (/metrics, dashboard) and clears them.
+        self.lost = 0
+        self.last_error = ""
 
     def write(self, transactions: Iterable[Transaction]) -> int:
         """Writes the lines of transactions already committed (all of a spool's steps at once); how many changes."""
@@ -128,39 +142,55 @@ class ChangeLog:
         """A batch's lines, put in the log as the last step of its store transaction (:class:`ChangeSpool`)."""
         return ChangeSpool(self)
 
-    def _write(self, transactions: Iterable[Transaction], file_for: Callable[[str, str], TextIO]) -> int:
+    def _logged(self, transactions: Iterable[Transaction]) -> Iterator[RowChange]:
+        """The changes of ``transactions`` the log takes (its schemas, less its excluded tables)."""
         if not self.config.enabled:
-            return 0
+            return
         schemas = set(self.config.schemas)
         excludes = self.config.excludes
+        for tx in transactions:
+            for change in tx.changes:
+                if change.schema in schemas and change.table not in excludes:
+                    yield change
+
+    def failed(self, error: OSError, changes: int) -> None:
+        """A batch's lines of ``changes`` changes could not go in: said in the log, and counted."""
+        log.error("change log %s: %s; the lines of %d changes are not in it", self.config.path, error, changes)
+        self.lost += changes
+        self.last_error = f"{self.config.path}: {error}"
+
+    def _write(self, transactions: Iterable[Transaction], file_for: Callable[[str, str], TextIO]) -> int:
+        """Writes the lines; how many changes. OSError when a file cannot take them."""
         written = 0
-        try:
-            for tx in transactions:
-                for change in tx.changes:
-                    if change.schema not in schemas or change.table in excludes:
-                        continue
-                    moment = time.localtime(change.timestamp)
-                    day = time.strftime("%Y%m%d", moment)
-                    if "text" in self.config.formats:
-                        file_for("text", day).write(text_line(change, time.strftime("%H:%M:%S", moment)))
-                    if "json" in self.config.formats:
-                        file_for("json", day).write(json_line(change))
-                    written += 1
-            for _, handle in self._open.values():
-                handle.flush()
-        except OSError as exc:  # a full disk must not stop replication: the store has the changes
-            log.error("change log %s: %s", self.config.path, exc)
+        for change in self._logged(transactions):
+            moment = time.localtime(change.timestamp)
+            day = time.strftime("%Y%m%d", moment)
+            if "text" in self.config.formats:
+                file_for("text", day).write(text_line(change, time.strftime("%H:%M:%S", moment)))
+            if "json" in self.config.formats:
+                file_for("json", day).write(json_line(change))
+            written += 1
         return written
 
     def _file(self, layout: str, day: str) -> TextIO:
         current = self._open.get(layout)
-        if current is not None and current[0] == day:
-            return current[1]
-        if current is not None:
-            current[1].close()
         path = self._path(layout, day)
+        if current is not None and current[0] == day:
+            try:  # still the file of that name (not deleted, moved or replaced meanwhile)
+                if os.path.samestat(os.fstat(current[1].fileno()), os.stat(path)):
+                    return current[1]
+            except FileNotFoundError:
+                pass
+            log.warning("change log %s: %s was removed or replaced; writing to a new one", self.config.path, path)
+        if current is not None:
+            with contextlib.suppress(OSError):
+                current[1].close()
+            del self._open[layout]
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115 - kept open per day
+        if handle.tell() and _last_byte(path) != b"\n":  # cut inside a line: the next line starts on its own
+            log.warning("change log %s: %s ends inside a line; that line stays cut", self.config.path, path)
+            handle.write("\n")
         self._open[layout] = (day, handle)
         return handle
 
@@ -169,7 +199,8 @@ class ChangeLog:
 
     def close(self) -> None:
         for _, handle in self._open.values():
-            handle.close()
+            with contextlib.suppress(OSError):  # what a failed append left buffered is taken back anyway
+                handle.close()
         self._open.clear()
 
     def pending_path(self) -> Path:
@@ -180,9 +211,10 @@ class ChangeLog:
         the batch committed (it is at the batch's end), and go otherwise."""
         try:
             marker = json.loads(self.pending_path().read_text(encoding="utf-8"))
+            marker = {"file": str(marker["file"]), "pos": int(marker["pos"]), "sizes": _sizes(marker["sizes"])}
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
             log.error("change log %s: its marker %s cannot be read (%s); left as it is", self.config.path, PENDING, exc)
             return
         committed = checkpoint is not None and (checkpoint.file, checkpoint.pos) == (marker["file"], marker["pos"])
@@ -206,7 +238,8 @@ class ChangeLog:
             self.close()  # reopened at their new ends
             for path, size in sizes.items():
                 with contextlib.suppress(FileNotFoundError):
-                    os.truncate(path, size)
+                    if os.path.getsize(path) > size:  # never longer: os.truncate pads with NUL bytes
+                        os.truncate(path, size)
             self.pending_path().unlink()
         except (OSError, ValueError) as exc:
             log.error("change log %s: cannot take back a batch's lines: %s", self.config.path, exc)
@@ -227,32 +260,42 @@ class ChangeSpool:
     def __init__(self, log: ChangeLog) -> None:
         self._log = log
         self._files: dict[tuple[str, str], TextIO] = {}  # (layout, day) -> spool
-        self._failed = False
+        self._changes = 0  # the batch's changes the log takes
+        self._error: OSError | None = None  # the spool could not hold them: none of the batch's lines go in
         self._published = False
 
     def write(self, transactions: Iterable[Transaction]) -> int:
         """Spools the lines of ``transactions``; how many changes they are."""
-        return 0 if self._failed else self._log._write(transactions, self._file)
+        transactions = list(transactions)
+        changes = sum(1 for _ in self._log._logged(transactions))
+        self._changes += changes
+        if self._error is None and changes:
+            try:
+                self._log._write(transactions, self._file)
+            except OSError as exc:  # a full disk must not stop replication: the store has the changes
+                self._error = exc
+        return changes
 
     def _file(self, layout: str, day: str) -> TextIO:
         spool = self._files.get((layout, day))
         if spool is None:
             folder = Path(self._log.config.path)
             folder.mkdir(parents=True, exist_ok=True)
-            try:
-                spool = tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape", dir=folder)  # noqa: SIM115 - kept until commit or discard
-            except OSError:
-                self._failed = True  # said once by the log's own error line; the store has the changes
-                raise
+            spool = tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape", dir=folder)  # noqa: SIM115 - kept until commit or discard
             self._files[(layout, day)] = spool
         return spool
 
     def publish(self, position: Position) -> None:
         """Puts the lines in the log, with a marker of how to take them back (call inside the store transaction,
         last)."""
+        if self._error is not None:
+            self._log.failed(self._error, self._changes)
+            return
         if not self._files:
             return
         try:
+            for spool in self._files.values():
+                spool.flush()  # the spool's own buffer: a full disk fails here, before anything goes in the log
             for _, handle in self._log._open.values():
                 handle.flush()
             paths = {key: self._log._path(*key) for key in self._files}
@@ -268,7 +311,10 @@ class ChangeSpool:
                 shutil.copyfileobj(spool, target)
                 target.flush()
         except OSError as exc:  # as for any batch: a full disk must not stop replication
-            log.error("change log %s: %s", self._log.config.path, exc)
+            if self._published:  # none of the batch's lines rather than a line cut in half
+                self._log.take_back()
+                self._published = False
+            self._log.failed(exc, self._changes)
 
     def finish(self) -> None:
         """The store transaction committed: the lines stay."""

@@ -808,6 +808,12 @@ class Worker:
             progress["schema_problems"] = bulk.Added(problems)
             # Counted once the batch's transaction commits; a batch that rolls back leaves them for the next one.
             transaction.on_commit(lambda: self._drop_problems(problems))
+        lost = self.changelog.lost
+        if lost:  # counted for /metrics and the dashboard (relay_change_log_lost_total); a batch's own, in the next
+            progress["change_log_lost"] = bulk.Added(lost)
+            progress["last_change_log_error"] = self.changelog.last_error
+            progress["last_change_log_error_at"] = timezone.now()
+            transaction.on_commit(lambda: self._drop_lost(lost))
         unrelayed = [query for tx in batch or (last,) for query in tx.statements if changes_rows_as_statement(query)]
         if unrelayed:  # logged by the decoder; counted for /metrics and the dashboard (relay_unrelayed_statements)
             progress["last_unrelayed_statement"] = unrelayed[-1][:2000]
@@ -821,6 +827,9 @@ class Worker:
             "source_pos": position.pos,
             **progress,
         }
+
+    def _drop_lost(self, count: int) -> None:
+        self.changelog.lost -= count  # the main thread alone counts them (publish) and reports them
 
     def _drop_problems(self, count: int) -> None:
         del self._schema_problems[:count]  # the reader thread only appends: the first ``count`` are the counted ones
