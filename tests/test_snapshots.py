@@ -961,3 +961,53 @@ def test_clients_take_turns_at_the_snapshot_slot() -> None:
             state=Snapshot.State.DONE, started=timezone.now(), finished=timezone.now()
         )
     assert order == [many[2].id, one.id, many[0].id, many[1].id, many[3].id]
+
+
+def test_a_snapshot_resumed_after_its_tables_key_changed_fails_instead_of_going_on_in_the_new_keys_order(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """The chunks queued before a kill were bounded in the old key's order: the resumed worker's plan on the new key
+    would take the stored last key (an id) as a bound on another column, skip rows, and end done."""
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, n INT NOT NULL)",
+        f"INSERT INTO `{schema}`.t SELECT seq, 601 - seq FROM seq_1_to_600",
+        database=schema,
+    )
+    worker = _start(server, 50, RELAY_SNAPSHOT_ROWSPERSECOND=400)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
+    wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 150, timeout=60, message="a quarter read")
+    worker.kill()
+    server.execute("ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (n)", database=schema)
+    worker = _resume(server, 50)
+    snapshot = _wait_done(snapshot, worker, 60)
+    worker.stop()
+    assert snapshot.state == Snapshot.State.FAILED and "(id) is now (n)" in snapshot.error, snapshot.error
+    assert "ask for it again" in snapshot.error
+
+
+def test_a_truncate_during_the_snapshot_fails_it_with_the_reason(fresh_schema: tuple[MariaDB, str]) -> None:
+    """TRUNCATE is in the binlog as a statement, not as the deletes of the rows queued before it: the snapshot
+    cannot end done (its copy would keep them), it fails naming the statement."""
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20))",
+        f"CREATE TABLE `{schema}`.other (id INT PRIMARY KEY)",
+        f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('v', seq) FROM seq_1_to_600",
+        database=schema,
+    )
+    worker = _start(server, 50, RELAY_SNAPSHOT_ROWSPERSECOND=400)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
+    wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 150, timeout=60, message="a quarter read")
+    server.execute("TRUNCATE other", database=schema)  # another table's: the snapshot goes on
+    time.sleep(0.5)
+    assert Snapshot.objects.get(id=snapshot.id).state in Snapshot.ACTIVE
+    server.execute("TRUNCATE t", "INSERT INTO t SELECT seq, 'new' FROM seq_1_to_10", database=schema)
+    snapshot = _wait_done(snapshot, worker, 60)
+    worker.stop()
+    assert snapshot.state == Snapshot.State.FAILED, snapshot.error
+    assert "'TRUNCATE t'" in snapshot.error and "ask for it again" in snapshot.error

@@ -48,6 +48,8 @@ from django.utils import timezone
 
 from binlog.changes import RowChange, Transaction
 from binlog.constants import KIND_INSERT, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START
+from binlog.ddl import DdlError, tokenize
+from binlog.parser import changes_rows_as_statement
 from binlog.position import Position
 from binlog.snapshot import (
     CONSISTENT,
@@ -286,6 +288,22 @@ class SnapshotCoordinator:
             self._read_failed(job, error)
             return
         plan: TablePlan = future.result()
+        if not job.first:
+            # Resumed (a worker restart): the chunks queued were bounded in the stored key's order; a table whose key
+            # changed while no worker ran cannot be continued in another's.
+            stored = Snapshot.objects.filter(id=job.snapshot_id).values_list("key_columns", flat=True).first()
+            old = decode_key(stored or "")
+            if old is not None and tuple(old) != plan.key:
+                self._read_failed(
+                    job,
+                    TableChanged(
+                        f"{job.schema}.{job.table} changed during the snapshot (its chunk key "
+                        f"({', '.join(map(str, old))}) is now ({', '.join(plan.key)})), so the chunks read cannot be "
+                        "continued exactly; ask for it again",
+                        None,
+                    ),
+                )
+                return
         self._use_plan(job, plan)
         # Started when its reading starts (the rate shown is rows over the time since then).
         now = timezone.now()
@@ -349,6 +367,19 @@ class SnapshotCoordinator:
             out.append(Transaction(changes, applied))
         self._finishing.clear()
         job = self._job
+        statement = self._rows_changed_as_statement(job, batch)
+        if job is not None and statement:
+            # Its rows' changes are not in the binlog: the rows queued so far cannot be kept exact.
+            self._drop_read(job)
+            self._read_failed(
+                job,
+                TableChanged(
+                    f"{job.schema}.{job.table} changed during the snapshot by a statement the binlog holds instead of "
+                    f"its row changes ({statement[:200]!r}), so the copy cannot be kept exact; ask for it again",
+                    None,
+                ),
+            )
+            job = None
         reading = job is not None and job.plan is not None and job.pending is not None and not job.pending.done()
         if self.method == CONSISTENT and reading:
             # A chunk is being read: its position may come before some of this batch (a transaction is in the
@@ -418,6 +449,24 @@ class SnapshotCoordinator:
                 out.append(self._place(job, chunk, tx.position, changed, placed))
                 job.window = None
         return out, placed
+
+    @staticmethod
+    def _rows_changed_as_statement(job: _Job | None, batch: Sequence[Transaction]) -> str:
+        """A statement in ``batch`` that changed rows and may have changed the job's table (TRUNCATE, or a session's
+        binlog_format STATEMENT: the binlog holds it instead of its row changes), or ""."""
+        if job is None:
+            return ""
+        for tx in batch:
+            for query in tx.statements:
+                if not changes_rows_as_statement(query):
+                    continue
+                try:
+                    names = {token.text for token in tokenize(query[:65536]) if token.kind in ("word", "name")}
+                except DdlError:  # cut inside a quoted text: taken as naming it if its text holds the name at all
+                    names = {job.table} if job.table in query else set()
+                if job.table in names:
+                    return query
+        return ""
 
     def _note_xa_commits(self, job: _Job | None, batch: Sequence[Transaction]) -> None:
         """Keeps the job's table's rows of each XA COMMIT in ``batch`` until the next chunk is queued. MariaDB
