@@ -43,7 +43,7 @@ import pymysql
 from binlog import snapshotrows
 from binlog.errors import BinlogError
 from binlog.position import Position
-from binlog.schema import SchemaColumn
+from binlog.schema import SYSTEM_TIME_COLUMNS, SchemaColumn, has_hidden_system_time
 
 log = logging.getLogger("binlog.snapshot")
 
@@ -273,10 +273,10 @@ MARK_COLUMN = "mark"
 #: arrives as text. Parameters: (schema, table) three times.
 _DESCRIBE = (
     "SELECT 'column', ORDINAL_POSITION, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, CHARACTER_SET_NAME, COLLATION_NAME,"
-    " IS_NULLABLE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
-    " UNION ALL SELECT 'index', SEQ_IN_INDEX, INDEX_NAME, COLUMN_NAME, NON_UNIQUE, SUB_PART, NULL, NULL"
+    " IS_NULLABLE, GENERATION_EXPRESSION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+    " UNION ALL SELECT 'index', SEQ_IN_INDEX, INDEX_NAME, COLUMN_NAME, NON_UNIQUE, SUB_PART, NULL, NULL, NULL"
     " FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
-    " UNION ALL SELECT 'table', 0, ENGINE, TABLE_TYPE, TABLE_ROWS, NULL, NULL, NULL"
+    " UNION ALL SELECT 'table', 0, ENGINE, TABLE_TYPE, TABLE_ROWS, NULL, NULL, NULL, NULL"
     " FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 )
 #: A chunk's SELECT failing with these may be a DDL's doing (a column or the table gone, a definition newer than the
@@ -427,7 +427,12 @@ class ChunkReader:
         )
         tables = [r for r in rows if r[0] == "table"]
         engine, table_type, estimate = (tables[0][2], tables[0][3], tables[0][4]) if tables else ("", "", None)
-        layout = TableLayout(described, tuple(r[6] for r in columns), tuple(indexes), engine or "", table_type or "")
+        collations = tuple(r[6] for r in columns)
+        if has_hidden_system_time(table_type or "", [r[8] for r in columns]):
+            # In every row image the binlog carries, and selectable by name, though information_schema lists them not.
+            described += SYSTEM_TIME_COLUMNS
+            collations += (None,) * len(SYSTEM_TIME_COLUMNS)
+        layout = TableLayout(described, collations, tuple(indexes), engine or "", table_type or "")
         return layout, int(estimate) if estimate is not None else None
 
     def _check_layout(self, plan: TablePlan) -> None:

@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from binlog.constants import KIND_DELETE, KIND_INSERT, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START
+from binlog.constants import (
+    KIND_DELETE,
+    KIND_INSERT,
+    KIND_SNAPSHOT_END,
+    KIND_SNAPSHOT_ROW,
+    KIND_SNAPSHOT_START,
+    KIND_UPDATE,
+)
 from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
 from relay import store
@@ -1011,3 +1018,26 @@ def test_a_truncate_during_the_snapshot_fails_it_with_the_reason(fresh_schema: t
     worker.stop()
     assert snapshot.state == Snapshot.State.FAILED, snapshot.error
     assert "'TRUNCATE t'" in snapshot.error and "ask for it again" in snapshot.error
+
+
+def test_a_system_versioned_tables_snapshot_rows_carry_the_columns_its_stream_rows_carry(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """WITH SYSTEM VERSIONING without period columns of its own: the binlog's row images carry the hidden row_start
+    and row_end, which information_schema does not list. A snapshot row equals the stream's image of the same row."""
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(10)) WITH SYSTEM VERSIONING",
+        f"INSERT INTO `{schema}`.t VALUES (1, 'a'), (2, 'b')",
+    )
+    worker = _start(server, 100)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    snapshot = _wait_done(request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0], worker, 60)
+    assert snapshot.state == Snapshot.State.DONE, snapshot.error
+    server.execute(f"UPDATE `{schema}`.t SET v = 'c' WHERE id = 1")
+    caught_up(server, worker)
+    snapshot_row = next(_images(c)[1] for c in _queued("copy") if c.kind == KIND_SNAPSHOT_ROW)
+    update_before = next(_images(c)[0] for c in _queued("copy") if c.kind == KIND_UPDATE)
+    worker.stop()
+    assert snapshot_row == update_before and set(snapshot_row) == {"id", "v", "row_start", "row_end"}
