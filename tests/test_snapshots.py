@@ -768,15 +768,12 @@ def test_a_table_rebuilt_during_a_chunks_read_is_read_again() -> None:
         coordinator.close()
 
 
-@pytest.mark.parametrize("method", ["consistent-snapshot", "watermark"])
-def test_a_chunk_read_before_an_xa_commit_is_visible_leaves_its_rows_to_the_xa_commit(method: str) -> None:
-    """MariaDB writes an XA COMMIT to the binlog before the engine commits it (ha_commit_or_rollback_by_xid: the
-    binlog first): a consistent snapshot taken in between reports a position at or past the XA COMMIT, yet reads the
-    rows as they were before it; a watermark read after a low mark the XA COMMIT precedes may not see it either. The
-    chunk goes after the XA COMMIT: its rows the XA COMMIT touched are left out (the XA COMMIT, queued before the
-    chunk, carries their newer image or their delete), the others are queued."""
+def _arranged_around_an_xa_commit(method: str, updated: tuple[object, object]) -> tuple[list[Any], list[Any], Any]:
+    """One chunk's placement, the coordinator's own, in a batch with an XA COMMIT that its read did not see: the XA
+    updates id 2 (its after image ``updated``) and deletes id 3, which the read still has (MariaDB binlogs an XA
+    COMMIT before the engine commits it). The batch's transactions with the chunk placed, what was placed, and the
+    snapshots the coordinator ended."""
     from binlog.changes import RowChange, Transaction
-    from binlog.constants import KIND_UPDATE
     from binlog.position import Position
     from binlog.schema import SchemaColumn
     from binlog.snapshot import Chunk, SignalTable, TablePlan
@@ -806,7 +803,7 @@ def test_a_chunk_read_before_an_xa_commit_is_visible_leaves_its_rows_to_the_xa_c
         def close(self) -> None:
             pass
 
-    def change(kind: int, before: tuple[str, str] | None, after: tuple[str, str] | None, pos: int) -> RowChange:
+    def change(kind: int, before: Any, after: Any, pos: int) -> RowChange:
         return RowChange("shop", "t", kind, ("id", "v"), before, after, "binlog.000001", pos, 0, 0, "", info)
 
     def mark(token: str, pos: int) -> Transaction:
@@ -831,7 +828,7 @@ def test_a_chunk_read_before_an_xa_commit_is_visible_leaves_its_rows_to_the_xa_c
             Transaction([], Position("binlog.000001", 600), xa="prepare", xid="x1"),
             # As xa.release() hands it to arrange(): the XA COMMIT's changes are the rows its prepare held.
             Transaction(
-                [change(KIND_UPDATE, ("2", "old"), ("2", "new"), 500), change(KIND_DELETE, ("3", "gone"), None, 550)],
+                [change(KIND_UPDATE, ("2", "old"), updated, 500), change(KIND_DELETE, ("3", "gone"), None, 550)],
                 point,
                 xa="commit",
                 xid="x1",
@@ -842,6 +839,17 @@ def test_a_chunk_read_before_an_xa_commit_is_visible_leaves_its_rows_to_the_xa_c
         out, placed = coordinator.arrange(batch, Position("binlog.000001", 100))
     finally:
         coordinator.close()
+    return out, placed, coordinator._finishing
+
+
+@pytest.mark.parametrize("method", ["consistent-snapshot", "watermark"])
+def test_a_chunk_read_before_an_xa_commit_is_visible_leaves_its_rows_to_the_xa_commit(method: str) -> None:
+    """MariaDB writes an XA COMMIT to the binlog before the engine commits it (ha_commit_or_rollback_by_xid: the
+    binlog first): a consistent snapshot taken in between reports a position at or past the XA COMMIT, yet reads the
+    rows as they were before it; a watermark read after a low mark the XA COMMIT precedes may not see it either. The
+    chunk goes after the XA COMMIT: its rows the XA COMMIT touched are left out (the XA COMMIT, queued before the
+    chunk, carries their newer image or their delete), the others are queued."""
+    out, placed, _ = _arranged_around_an_xa_commit(method, ("2", "new"))
     assert len(placed) == 1
     copy: dict[object, tuple[object, ...]] = {}
     for tx in out:  # applied in order, as a client does: snapshot rows and inserts as upserts
@@ -853,6 +861,18 @@ def test_a_chunk_read_before_an_xa_commit_is_visible_leaves_its_rows_to_the_xa_c
             if c.after is not None:
                 copy[c.after[0]] = tuple(c.after)
     assert copy == {"1": ("1", "b"), "2": ("2", "new")}
+
+
+@pytest.mark.parametrize("method", ["consistent-snapshot", "watermark"])
+def test_a_row_left_out_whose_newer_image_is_partial_fails_the_snapshot_with_the_reason(method: str) -> None:
+    """A row the chunk leaves out relies on the newer image queued before it; a partial one (binlog_row_image
+    MINIMAL or NOBLOB in the writer's session) would leave the client a row without its other columns."""
+    from binlog import NOT_PRESENT
+
+    out, placed, ended = _arranged_around_an_xa_commit(method, (NOT_PRESENT, "new"))
+    assert placed == [] and not any(c.kind == KIND_SNAPSHOT_ROW for tx in out for c in tx.changes)
+    ((_job, state, message),) = ended
+    assert state == "failed" and "(key 2)" in message and "binlog_row_image=FULL" in message
 
 
 def _end_markers_of_runs(coordinator: Any, applied: Any, runs: int) -> list[tuple[Any, ...]]:

@@ -46,7 +46,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from binlog.changes import RowChange, Transaction
+from binlog.changes import NOT_PRESENT, RowChange, Transaction
 from binlog.constants import KIND_INSERT, KIND_SNAPSHOT_END, KIND_SNAPSHOT_ROW, KIND_SNAPSHOT_START
 from binlog.ddl import DdlError, tokenize
 from binlog.parser import changes_rows_as_statement
@@ -111,6 +111,9 @@ class _Job:
     pending: Future[Any] | None = None  # the plan, then each chunk, read by the thread
     marks: tuple[str, str] = ("", "")  # watermarks of the chunk being read
     window: set[tuple[object, ...]] | None = None  # keys changed since the low watermark was seen
+    # Keys of the window's or the XA COMMITs' changes whose newer image is partial (binlog_row_image MINIMAL or
+    # NOBLOB in the session that wrote them): a chunk leaving such a row out would leave the client a partial row.
+    partial: set[tuple[object, ...]] = field(default_factory=set)
     not_before: float = 0.0  # the rate limit's next read
     # The rate limit as a rate: rows read since ``paced_from`` may not pass RowsPerSecond times the time since.
     paced_from: float = 0.0
@@ -427,8 +430,9 @@ class SnapshotCoordinator:
                 committed = self._xa_keys(job)
                 job.xa_rows = []
                 out.extend(batch[:cut])
-                out.append(self._place(job, chunk, reached, committed, placed))
-                self._note_xa_commits(job, batch[cut:])
+                if self._placeable(job, chunk):
+                    out.append(self._place(job, chunk, reached, committed, placed))
+                    self._note_xa_commits(job, batch[cut:])
                 out.extend(batch[cut:])
             else:
                 self._note_xa_commits(job, batch)
@@ -446,7 +450,8 @@ class SnapshotCoordinator:
                 # An XA COMMIT before the low mark may have been invisible to the chunk's read all the same.
                 changed = (job.window or set()) | self._xa_keys(job)
                 job.xa_rows = []
-                out.append(self._place(job, chunk, tx.position, changed, placed))
+                if self._placeable(job, chunk):
+                    out.append(self._place(job, chunk, tx.position, changed, placed))
                 job.window = None
         return out, placed
 
@@ -492,7 +497,27 @@ class SnapshotCoordinator:
             for image in (change.before, change.after):
                 if image is not None:
                     keys.add(tuple(image[i] for i in indexes))
+            if change.after is not None and NOT_PRESENT in change.after:
+                job.partial.update(_keys(change, indexes))
         return keys
+
+    def _placeable(self, job: _Job, chunk: Chunk) -> bool:
+        """False, and the snapshot failed with the reason, when a row the chunk leaves out (a newer image of it is
+        queued before) has only a partial newer image: the client's copy of it could not be whole."""
+        partial, job.partial = job.partial, set()
+        doomed = next((key for key in chunk.keys if key in partial), None)
+        if doomed is None:
+            return True
+        self._drop_read(job)
+        self._read_failed(
+            job,
+            SnapshotError(
+                f"a change of {job.schema}.{job.table} (key {', '.join(map(str, doomed))}) during the snapshot has a "
+                "partial row image (binlog_row_image MINIMAL or NOBLOB in the session that wrote it): the snapshot "
+                "cannot give that row whole; set binlog_row_image=FULL, then ask for it again"
+            ),
+        )
+        return False
 
     def _without_marks(self, batch: Sequence[Transaction]) -> list[Transaction]:
         """The batch without the signal table's rows: the relay's own marks are no client's business."""
@@ -534,6 +559,8 @@ class SnapshotCoordinator:
             for image in (change.before, change.after):
                 if image is not None:
                     job.window.add(tuple(image[i] for i in indexes))
+            if change.after is not None and NOT_PRESENT in change.after:
+                job.partial.update(_keys(change, indexes))
         return found_high
 
     def _ready_chunk(self, job: _Job | None) -> Chunk | None:
@@ -742,6 +769,12 @@ class SnapshotCoordinator:
         # A snapshot with nothing queued yet has no start marker to close: no end marker either (PROTOCOL.md 5.10).
         if state == Snapshot.State.CANCELLED and chunks_done and item.at is not None:
             item.changes.append(SnapshotCoordinator._end_marker(job, item.at, rows_done, "cancelled", ""))
+
+
+def _keys(change: RowChange, indexes: tuple[int, ...]) -> list[tuple[object, ...]]:
+    """The keys of a change's images that hold their key columns."""
+    keys = [tuple(image[i] for i in indexes) for image in (change.before, change.after) if image is not None]
+    return [key for key in keys if NOT_PRESENT not in key]
 
 
 def _key_indexes(columns: Sequence[str], key: Sequence[str]) -> tuple[int, ...] | None:
