@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass, replace
 
 from binlog.charsets import max_bytes_per_char
-from binlog.schemamodel import GEOMETRY_TYPES, SYSTEM_TIME, Column, SchemaModel, TableDef, fold_name
+from binlog.schema import long_unique_hash_columns
+from binlog.schemamodel import GEOMETRY_TYPES, SYSTEM_TIME, Column, SchemaModel, TableDef, fold_name, hidden
 from binlog.table import STRING_ESCAPES
 
 
@@ -218,6 +219,7 @@ class _ColumnSpec:
     not_null: bool = False
     primary: bool = False
     serial: bool = False
+    unique: bool = False  # UNIQUE [KEY] on the column
     row_period: str = ""  # "start" or "end": GENERATED ALWAYS AS ROW START/END, a system-versioned table's own
     versioning: bool = False  # WITH SYSTEM VERSIONING on the column: the table is system-versioned
 
@@ -237,6 +239,65 @@ def _text_type(kind: str, length_bytes: int) -> str:
         if length_bytes <= limit:
             return prefix + kind
     return "long" + kind
+
+
+@dataclass(frozen=True)
+class _UniqueKey:
+    """A UNIQUE key as written: its columns with their prefix lengths, and whether it says USING HASH."""
+
+    parts: tuple[tuple[str, int | None], ...]
+    using_hash: bool
+
+
+_WHOLE_VALUE_TYPES = frozenset(
+    ("tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob", "json")
+)
+#: The longest key any engine keeps in a B-tree (InnoDB's; MyISAM's is 1,000 bytes, Aria's 2,300): a UNIQUE key
+#: longer is kept by a hidden hash column whatever the engine.
+_HASH_COLUMN = "DB_ROW_HASH_"
+_LONGEST_BTREE_KEY = 3072
+_SHORTEST_BTREE_KEY = 1000
+
+
+def _engine(tokens: list[Token]) -> str:
+    """The ENGINE a CREATE TABLE names ("" when it names none)."""
+    for i, token in enumerate(tokens):
+        if token.is_word("ENGINE", "TYPE") and i + 1 < len(tokens):
+            following = tokens[i + 2] if tokens[i + 1].text == "=" and i + 2 < len(tokens) else tokens[i + 1]
+            return following.text.upper()
+    return ""
+
+
+def _hashed(key: _UniqueKey, columns: list[Column], engine: str) -> bool:
+    """Whether the server keeps a UNIQUE key of a new table by a hidden hash column (a "long unique"): over a BLOB or
+    TEXT column's whole value, said USING HASH, or longer than any engine's B-tree key. DdlError when that depends
+    on the engine's own limit: the table is then read from information_schema instead."""
+    if engine in ("MEMORY", "HEAP"):
+        return False  # its HASH indexes are ordinary ones
+    if key.using_hash:
+        return True
+    by_name = {fold_name(column.name): column for column in columns}
+    length = 0
+    for name, prefix in key.parts:
+        column = by_name.get(fold_name(name))
+        if column is None:
+            return False  # a key over a column the statement does not define: the server refuses it
+        if column.data_type in _WHOLE_VALUE_TYPES:
+            if not prefix:
+                return True
+            length += prefix * max_bytes_per_char(column.charset)
+            continue
+        declared = re.search(r"\((\d+)", column.column_type)
+        chars = prefix or (int(declared.group(1)) if declared else 8)
+        length += chars * (max_bytes_per_char(column.charset) if column.charset else 1)
+    if length > _LONGEST_BTREE_KEY:
+        return True
+    if length > _SHORTEST_BTREE_KEY:
+        raise DdlError(
+            f"a UNIQUE key of up to {length} bytes: whether the server keeps it by a hidden hash column depends on "
+            "the engine's key length"
+        )
+    return False
 
 
 def build_column(spec: _ColumnSpec, table_charset: str) -> Column:
@@ -443,6 +504,24 @@ class _Parser:
                 return names
             self.expect_op(",")
 
+    def key_parts(self) -> list[tuple[str, int | None]]:
+        """``(a, b(10) DESC, ...)``: the columns of a key, each with its prefix length (None for the whole column)."""
+        self.expect_op("(")
+        parts: list[tuple[str, int | None]] = []
+        while True:
+            name = self.identifier()
+            prefix = None
+            if self.accept_op("("):
+                token = self.peek()
+                prefix = int(token.text) if token is not None and token.kind == "num" and token.text.isdigit() else 0
+                self.skip_clause()
+                self.expect_op(")")
+            parts.append((name, prefix))
+            self.skip_clause()
+            if self.accept_op(")"):
+                return parts
+            self.expect_op(",")
+
     def charset_name(self) -> str:
         self.accept_op("=")
         return self.identifier()
@@ -462,6 +541,9 @@ class _Parser:
                 spec.not_null = False
             elif self.accept("DEFAULT"):
                 self.skip_value()
+            elif self.accept("UNIQUE"):
+                self.accept("KEY")  # UNIQUE KEY is a unique key; KEY alone, the primary key
+                spec.unique = True
             elif self.accept_seq("PRIMARY", "KEY") or self.accept("KEY"):
                 spec.primary = True
             elif self.accept_seq("CHARACTER", "SET") or self.accept("CHARSET"):
@@ -713,6 +795,7 @@ class DdlApplier:
             return
         specs: list[tuple[_ColumnSpec, tuple[str, str | None] | None]] = []
         pk: tuple[str, ...] = ()
+        uniques: list[_UniqueKey] = []
         if p.accept_op("("):
             while True:
                 if p.accept("SELECT") or p.accept_op("("):
@@ -723,7 +806,7 @@ class DdlApplier:
                 if token.kind == "word" and (
                     token.text.upper() in (*_TABLE_CONSTRAINT_WORDS, "CHECK") or _clause_of_words(p)
                 ):
-                    found = self._table_constraint(p)
+                    found = self._table_constraint(p, uniques)
                     if found is not None:
                         pk = found
                 else:
@@ -757,6 +840,10 @@ class DdlApplier:
                 columns += SYSTEM_TIME
             elif pk and row_end:
                 pk = (*pk, row_end[0])
+        uniques += [_UniqueKey(((spec.name, None),), False) for spec, _ in specs if spec.unique]
+        engine = _engine(p.tokens)
+        hashed = sum(_hashed(key, columns, engine) for key in uniques)
+        columns += hidden(long_unique_hash_columns(hashed))
         definition = TableDef(tuple(_with_pk(columns, pk)), pk, charset)
         self.model.put(schema, table, definition)
         changes.append(Change(*self.model.stored_name(schema, table), definition))
@@ -780,12 +867,25 @@ class DdlApplier:
         self.model.put(schema, table, definition)
         changes.append(Change(*self.model.stored_name(schema, table), definition))
 
-    def _table_constraint(self, p: _Parser) -> tuple[str, ...] | None:
-        """A key or constraint in a column list; the primary key's columns if it is one."""
+    def _table_constraint(self, p: _Parser, uniques: list[_UniqueKey] | None = None) -> tuple[str, ...] | None:
+        """A key or constraint in a column list; the primary key's columns if it is one. A UNIQUE key goes in
+        ``uniques``."""
         if p.accept("CONSTRAINT"):
             token = p.peek()
             if token is not None and not token.is_word("PRIMARY", "UNIQUE", "FOREIGN", "CHECK"):
                 p.identifier()
+        if uniques is not None and p.accept("UNIQUE"):
+            p.accept("KEY", "INDEX")
+            using_hash = False
+            while (token := p.peek()) is not None and not (token.kind == "op" and token.text == "("):
+                using_hash |= token.is_word("HASH")  # USING HASH before the parts
+                p.i += 1  # the key's name, USING ...
+            parts = p.key_parts()
+            while (token := p.peek()) is not None and not (token.kind == "op" and token.text in ",)"):
+                using_hash |= token.is_word("HASH")
+                p.i += 1
+            uniques.append(_UniqueKey(tuple(parts), using_hash))
+            return None
         if p.accept_seq("PRIMARY", "KEY"):
             while True:
                 token = p.peek()
@@ -860,6 +960,10 @@ class DdlApplier:
             if if_exists:
                 return
             raise DdlError(f"ALTER TABLE of a table the history does not know: {schema}.{table}")
+        if any(column.hidden and column.name.startswith(_HASH_COLUMN) for column in current.columns):
+            # The server may keep its long UNIQUE keys otherwise once it rebuilds the table (a short key USING HASH
+            # becomes a B-tree): its hidden columns after the statement cannot be told from it.
+            raise DdlError(f"ALTER TABLE of {schema}.{table}, which has long UNIQUE keys kept by hidden hash columns")
         # The clauses of one ALTER name the columns as the table had them before it (MariaDB and MySQL resolve every
         # DROP, CHANGE, MODIFY and RENAME COLUMN against the old table): "RENAME COLUMN a TO b, RENAME COLUMN b TO a"
         # swaps the two. So each column is followed by its old name, never looked up by a name a clause gave it.
@@ -886,6 +990,8 @@ class DdlApplier:
                 old = p.identifier() if change else None
                 name = p.identifier()
                 spec = p.column_spec(name)
+                if spec.unique and _hashed(_UniqueKey(((name, None),), False), [build_column(spec, charset)], ""):
+                    raise DdlError(f"ALTER TABLE makes {name} a long UNIQUE key, kept by a hidden hash column")
                 where = p.position()
                 index = _original(slots, old or name)
                 if index < 0:
@@ -975,8 +1081,11 @@ class DdlApplier:
         self, p: _Parser, slots: list[_Slot], key: tuple[_Slot | str, ...], charset: str
     ) -> tuple[_Slot | str, ...]:
         token = p.peek()
-        if token is not None and token.is_word("CONSTRAINT", "PRIMARY"):
-            found = self._table_constraint(p)
+        if token is not None and token.is_word("CONSTRAINT", "PRIMARY", "UNIQUE"):
+            uniques: list[_UniqueKey] = []
+            found = self._table_constraint(p, uniques)
+            if any(_hashed(unique, [slot.column for slot in slots], "") for unique in uniques):
+                raise DdlError("ALTER TABLE adds a long UNIQUE key, kept by a hidden hash column")
             return key if found is None else found
         if token is not None and (token.is_word(*_ALTER_SKIP_AFTER_ADD) or _clause_of_words(p)):
             p.skip_clause()
@@ -1002,6 +1111,8 @@ class DdlApplier:
                 return key
             raise DdlError(f"ADD of an existing column {name}")
         slot = _Slot(build_column(spec, charset), "", spec)
+        if spec.unique and _hashed(_UniqueKey(((name, None),), False), [slot.column], ""):
+            raise DdlError(f"ALTER TABLE adds a column {name} with a long UNIQUE key, kept by a hidden hash column")
         _put(slots, slot, where)
         return (slot,) if spec.primary else key
 

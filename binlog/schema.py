@@ -52,6 +52,22 @@ SYSTEM_TIME_COLUMNS = (
     SchemaColumn("row_end", "timestamp", "timestamp(6)", None, False),
 )
 SYSTEM_VERSIONED = "SYSTEM VERSIONED"
+#: A UNIQUE key too long for the engine's B-tree (over a BLOB or TEXT column, or wider than the engine's key length)
+#: is kept by a hash: a hidden BIGINT column per such key, DB_ROW_HASH_1, _2..., after the table's own columns, in
+#: every row image, which information_schema does not list (its index shows INDEX_TYPE HASH; on a MEMORY table a
+#: HASH index is an ordinary one).
+LONG_UNIQUE_SQL = (
+    "SELECT COUNT(DISTINCT s.INDEX_NAME) FROM information_schema.STATISTICS s JOIN information_schema.TABLES t"
+    " ON t.TABLE_SCHEMA = s.TABLE_SCHEMA AND t.TABLE_NAME = s.TABLE_NAME WHERE s.TABLE_SCHEMA = %s"
+    " AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0 AND s.INDEX_TYPE = 'HASH' AND t.ENGINE NOT IN ('MEMORY', 'HEAP')"
+)
+
+
+def long_unique_hash_columns(keys: int) -> tuple[SchemaColumn, ...]:
+    """The hidden columns of a table with ``keys`` long UNIQUE keys (see LONG_UNIQUE_SQL)."""
+    return tuple(
+        SchemaColumn(f"DB_ROW_HASH_{n}", "bigint", "bigint(20) unsigned", None, True) for n in range(1, keys + 1)
+    )
 
 
 def has_hidden_system_time(table_type: str, generation_expressions: Sequence[str | None]) -> bool:
@@ -161,6 +177,7 @@ class InformationSchemaProvider:
                 _text(kind[0][0]), [_text(r[5]) if r[5] is not None else None for r in rows]
             ):
                 columns += SYSTEM_TIME_COLUMNS
+            columns += long_unique_hash_columns(int(self._query(LONG_UNIQUE_SQL, schema, table)[0][0] or 0))
             result = SchemaTable(self._without_doubtful_labels(schema, table, columns), tuple(_text(r[0]) for r in pk))
             self._cache[key] = result
             return result

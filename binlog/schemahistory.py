@@ -25,13 +25,20 @@ from binlog.ddl import Change, DdlError, apply_statement, has_undecoded_bytes, s
 from binlog.errors import BinlogError
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.position import Position
-from binlog.schema import COLUMN_TYPE_CHARSET_SQL, SYSTEM_VERSIONED, SchemaTable, has_hidden_system_time
+from binlog.schema import (
+    COLUMN_TYPE_CHARSET_SQL,
+    SYSTEM_VERSIONED,
+    SchemaTable,
+    has_hidden_system_time,
+    long_unique_hash_columns,
+)
 from binlog.schemamodel import (
     SYSTEM_TIME,
     Column,
     SchemaModel,
     TableDef,
     event_layout,
+    hidden,
     labels_may_be_mangled,
     layout_mismatch,
 )
@@ -548,6 +555,14 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
                 if labels_may_be_mangled(column, shown_in):
                     column = replace(column, labels_uncertain=True)
                 columns[key].append(column)
+    long_unique: dict[tuple[str, str], int] = {}
+    for schema, table, count in query(
+        "SELECT s.TABLE_SCHEMA, s.TABLE_NAME, COUNT(DISTINCT s.INDEX_NAME) FROM information_schema.STATISTICS s"
+        " JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.TABLE_SCHEMA AND t.TABLE_NAME = s.TABLE_NAME"
+        " WHERE s.NON_UNIQUE = 0 AND s.INDEX_TYPE = 'HASH' AND t.ENGINE NOT IN ('MEMORY', 'HEAP')"
+        " GROUP BY s.TABLE_SCHEMA, s.TABLE_NAME"
+    ):
+        long_unique[(_text(schema), _text(table))] = int(count)
     keys: dict[tuple[str, str], list[str]] = {}
     for schema, table, name, _seq in sorted(
         query(
@@ -560,6 +575,9 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
     for key, expressions in generations.items():
         if has_hidden_system_time(SYSTEM_VERSIONED, expressions):
             columns[key] += SYSTEM_TIME
+    for key in columns:  # a long UNIQUE key's hidden hash column (binlog.schema.LONG_UNIQUE_SQL)
+        if key in long_unique:
+            columns[key] += hidden(long_unique_hash_columns(long_unique[key]))
     for key, cols in columns.items():
         charset = table_charsets.get(key, model.database_charset(key[0]))
         model.put(key[0], key[1], TableDef(tuple(cols), tuple(keys.get(key, ())), charset))

@@ -10,6 +10,7 @@ IS_NULLABLE), so the model can be compared with the server and handed to ``Table
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from binlog.charsets import max_bytes_per_char
@@ -54,7 +55,9 @@ class Column:
 
     ``labels_uncertain``: an ENUM/SET column whose labels were read from information_schema and may have lost
     characters there (``labels_may_be_mangled``); its labels are never given as the column's values.
-    ``hidden``: one of the SYSTEM_TIME_COLUMNS of a system-versioned table, which information_schema does not show.
+    ``hidden``: a column the server adds, which information_schema does not show: one of the SYSTEM_TIME_COLUMNS of
+    a system-versioned table, or a long UNIQUE key's hash (``binlog.schema.long_unique_hash_columns``); both stay
+    after the table's own columns.
     """
 
     name: str
@@ -74,10 +77,13 @@ class Column:
         return parse_enum_labels(self.column_type) if self.data_type in ("enum", "set") else ()
 
 
+def hidden(columns: Sequence[SchemaColumn]) -> tuple[Column, ...]:
+    """Columns the server adds to a table (``Column.hidden``), as the model has them."""
+    return tuple(Column(c.name, c.data_type, c.column_type, c.charset, c.nullable, hidden=True) for c in columns)
+
+
 #: The hidden columns of a table WITH SYSTEM VERSIONING (``binlog.schema.SYSTEM_TIME_COLUMNS``), as the model has them.
-SYSTEM_TIME = tuple(
-    Column(c.name, c.data_type, c.column_type, c.charset, c.nullable, hidden=True) for c in SYSTEM_TIME_COLUMNS
-)
+SYSTEM_TIME = hidden(SYSTEM_TIME_COLUMNS)
 
 
 def fold_name(name: str) -> str:
