@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pymysql
@@ -78,6 +79,48 @@ def preflight(settings: SourceSettings) -> list[str]:
     except pymysql.err.MySQLError as exc:
         problems.append(f"information_schema cannot be read with the schema credentials ({exc.args[-1]})")
     return problems
+
+
+#: The tables with foreign keys (REFERENTIAL_CONSTRAINTS, which has their rules, shows only tables the user holds
+#: more than SELECT on; KEY_COLUMN_USAGE shows them to SELECT, and SHOW CREATE TABLE has the rules).
+FOREIGN_KEY_TABLES_SQL = (
+    "SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM information_schema.KEY_COLUMN_USAGE"
+    " WHERE REFERENCED_TABLE_NAME IS NOT NULL ORDER BY TABLE_SCHEMA, TABLE_NAME"
+)
+_CONSTRAINT = re.compile(r"^\s*CONSTRAINT `((?:[^`]|``)*)` FOREIGN KEY \(.*?\) REFERENCES (.+?) \(.*?\)(.*?),?$")
+_ACTION = re.compile(r"ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT)")
+
+
+def cascading_foreign_keys(connect_args: dict[str, Any]) -> list[str]:
+    """The source's foreign keys that change rows of their own table when the parent's change (ON DELETE or ON
+    UPDATE CASCADE, SET NULL, SET DEFAULT), one line each. The source applies those changes inside the statement
+    and writes none of them to the binlog (a replica's own foreign keys repeat them), so no reader of rows sees
+    them."""
+
+    def text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def quoted(name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    conn = pymysql.connect(**connect_args)
+    lines = []
+    try:
+        with conn.cursor() as cur:
+            cur.execute(FOREIGN_KEY_TABLES_SQL)
+            for schema, table in [(text(a), text(b)) for a, b in cur.fetchall()]:
+                cur.execute(f"SHOW CREATE TABLE {quoted(schema)}.{quoted(table)}")
+                for line in text(cur.fetchone()[1]).splitlines():
+                    found = _CONSTRAINT.match(line)
+                    actions = _ACTION.findall(found.group(3)) if found else []
+                    if found and actions:
+                        parent = found.group(2).replace("`", "")
+                        parent = parent if "." in parent else f"{schema}.{parent}"
+                        done = ", ".join(f"ON {verb} {rule}" for verb, rule in actions)
+                        lines.append(f"{schema}.{table} ({found.group(1).replace('``', '`')} -> {parent} {done})")
+    finally:
+        conn.close()
+    return lines
 
 
 def summary(settings: SourceSettings) -> dict[str, Any]:

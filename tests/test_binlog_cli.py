@@ -657,3 +657,16 @@ def test_check_does_not_ask_to_turn_off_what_the_decoder_reads(
     mysql_only = {"binlog_transaction_compression": "ON"}
     monkeypatch.setattr(check, "_variable", lambda conn, name: mysql_only.get(name) or real(conn, name))
     assert check.preflight(settings_for(mariadb)) == []
+
+
+def test_check_names_the_foreign_keys_whose_changes_the_binlog_lacks(mariadb: MariaDB) -> None:
+    schema = new_schema(mariadb)
+    mariadb.execute(
+        f"CREATE TABLE `{schema}`.p (id INT PRIMARY KEY)",
+        f"CREATE TABLE `{schema}`.c (id INT PRIMARY KEY, pid INT, CONSTRAINT `odd``fk` FOREIGN KEY (pid) REFERENCES"
+        f" `{schema}`.p (id) ON UPDATE SET NULL ON DELETE CASCADE)",
+    )
+    result = run("check", *connection_args(mariadb))
+    assert result.returncode == 0, result.stdout + result.stderr  # a note, not a problem
+    note = f"note: the changes this foreign key makes are not in the binlog: {schema}.c (odd`fk -> {schema}.p "
+    assert note + "ON DELETE CASCADE, ON UPDATE SET NULL)" in result.stdout, result.stdout

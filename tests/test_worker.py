@@ -457,6 +457,27 @@ def test_row_changes_logged_as_statements_are_named_counted_and_shown(
     worker.stop()
 
 
+def test_foreign_keys_whose_cascades_the_binlog_lacks_are_named_at_start(fresh_schema: tuple[MariaDB, str]) -> None:
+    """The source applies ON DELETE/UPDATE CASCADE and SET NULL inside the statement and writes none of those changes
+    to the binlog: the worker names those foreign keys when it starts (and `binlog check` lists them)."""
+    server, schema = fresh_schema
+    server.execute(
+        f"CREATE TABLE `{schema}`.p (id INT PRIMARY KEY) ENGINE=InnoDB",
+        f"CREATE TABLE `{schema}`.c (id INT PRIMARY KEY, pid INT, FOREIGN KEY fk_parent (pid) REFERENCES"
+        f" `{schema}`.p (id) ON DELETE CASCADE) ENGINE=InnoDB",
+        f"CREATE TABLE `{schema}`.r (id INT PRIMARY KEY, pid INT, FOREIGN KEY (pid) REFERENCES `{schema}`.p (id))",
+    )
+    subscribe("children", 7, schema, "c")
+    worker = start_worker(server, server.binlog_position())
+    server.execute(f"INSERT INTO `{schema}`.p VALUES (1)", f"INSERT INTO `{schema}`.c VALUES (10, 1)")
+    server.execute(f"DELETE FROM `{schema}`.p WHERE id = 1")  # deletes c's row 10: not in the binlog
+    caught_up(server, worker)
+    assert queue_of("children") == [("c", 1, "10")]
+    assert f"{schema}.c (" in worker.output and f"-> {schema}.p ON DELETE CASCADE)" in worker.output
+    assert f"{schema}.r (" not in worker.output  # RESTRICT changes nothing else
+    worker.stop()
+
+
 def test_second_worker_is_a_standby_and_takes_over(fresh_schema: tuple[MariaDB, str]) -> None:
     server, schema = fresh_schema
     server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")

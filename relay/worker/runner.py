@@ -44,6 +44,7 @@ from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from binlog import BinlogError, Position, PurgedPositionError, SourceSettings, Transaction
+from binlog.check import cascading_foreign_keys
 from binlog.connection import ReplicationConnection
 from binlog.errors import AccessDeniedError, ConnectionLostError, UnreadablePositionError
 from binlog.parser import changes_rows_as_statement
@@ -193,6 +194,23 @@ _INSIDE_A_TRANSACTION = (
 )
 #: PostgreSQL's SQLSTATE for a lock not granted within lock_timeout.
 LOCK_NOT_AVAILABLE = "55P03"
+
+
+def _say_cascades(connect_args: dict[str, Any]) -> None:
+    """Names, at every start, the source's foreign keys whose changes the binlog does not hold (CASCADE, SET NULL):
+    what they change reaches no client."""
+    try:
+        lines = cascading_foreign_keys(connect_args)
+    except pymysql.err.MySQLError as exc:
+        log.warning("cannot read the source's foreign keys (%s): changes they cascade are not in the binlog", exc)
+        return
+    if lines:
+        shown = "; ".join(lines[:20]) + (f"; and {len(lines) - 20} more" if len(lines) > 20 else "")
+        log.warning(
+            "the source does not write the changes its foreign keys cascade to the binlog: no client receives what "
+            "these change in their tables: %s",
+            shown,
+        )
 
 
 class _Restart(Exception):
@@ -382,6 +400,7 @@ class Worker:
         ingestor.history = open_history(
             self.source, settings.schema_connect_args(), start, on_problem=self._schema_problems.append
         )
+        _say_cascades(settings.schema_connect_args())
         self._stream = self.stream_factory(
             settings, start, chunk_rows=self.options.chunk_rows, schema_provider=ingestor.history
         )
