@@ -259,11 +259,11 @@ _LONGEST_BTREE_KEY = 3072
 _SHORTEST_BTREE_KEY = 1000
 
 
-def _engine(tokens: list[Token]) -> str:
-    """The ENGINE a CREATE TABLE names ("" when it names none)."""
-    for i, token in enumerate(tokens):
-        if token.is_word("ENGINE", "TYPE") and i + 1 < len(tokens):
-            following = tokens[i + 2] if tokens[i + 1].text == "=" and i + 2 < len(tokens) else tokens[i + 1]
+def _engine(options: list[Token]) -> str:
+    """The ENGINE a CREATE TABLE's table options name ("" when they name none)."""
+    for i, token in enumerate(options):
+        if token.is_word("ENGINE") and i + 1 < len(options):
+            following = options[i + 2] if options[i + 1].text == "=" and i + 2 < len(options) else options[i + 1]
             return following.text.upper()
     return ""
 
@@ -817,7 +817,9 @@ class DdlApplier:
                 p.expect_op(",")
         elif not p.at_end():
             raise DdlError("CREATE TABLE ... SELECT without a column list")
+        options = p.i
         charset, versioned = self._options(p, table=True)
+        engine = _engine(p.tokens[options : p.i])
         charset = charset or self.model.database_charset(schema)
         while not p.at_end():
             token, following = p.peek(), p.peek(1)
@@ -841,7 +843,6 @@ class DdlApplier:
             elif pk and row_end:
                 pk = (*pk, row_end[0])
         uniques += [_UniqueKey(((spec.name, None),), False) for spec, _ in specs if spec.unique]
-        engine = _engine(p.tokens)
         hashed = sum(_hashed(key, columns, engine) for key in uniques)
         columns += hidden(long_unique_hash_columns(hashed))
         definition = TableDef(tuple(_with_pk(columns, pk)), pk, charset)

@@ -555,7 +555,7 @@ def test_long_unique_keys_have_their_hidden_hash_columns(mariadb: MariaDB) -> No
         "INSERT INTO l VALUES (1, 'a', 'b')",
         "CREATE TABLE y (id INT PRIMARY KEY, a TEXT, UNIQUE (a)) ENGINE=MyISAM",
         "INSERT INTO y VALUES (1, 'x')",
-        "CREATE TABLE m (id INT PRIMARY KEY, a VARCHAR(10), UNIQUE KEY (a) USING HASH) ENGINE=MEMORY",
+        "CREATE TABLE m (engine INT PRIMARY KEY, a VARCHAR(10), UNIQUE KEY (a) USING HASH) ENGINE=MEMORY",
         "INSERT INTO m VALUES (1, 'a')",
     ]
     seen: dict[str, list[str]] = {}
@@ -578,7 +578,7 @@ def test_long_unique_keys_have_their_hidden_hash_columns(mariadb: MariaDB) -> No
         "u": ["id", "a", "b", "c", "DB_ROW_HASH_1", "DB_ROW_HASH_2"],
         "l": ["id", "a", "b", "DB_ROW_HASH_1"],
         "y": ["id", "a", "DB_ROW_HASH_1"],
-        "m": ["id", "a"],
+        "m": ["engine", "a"],
     }
 
 
