@@ -171,7 +171,9 @@ def test_bytes_read_by_spark_and_local_files_read_in_chunks_count_the_same(
 
 def test_local_paths_of_file_uris() -> None:
     assert sources.local_path("file:/archive/binlog.000001") == "/archive/binlog.000001"
-    assert sources.local_path("file:///a%20b/binlog.000001") == "/a b/binlog.000001"
+    # As Hadoop lists them: the path as it is, never percent-encoded.
+    assert sources.local_path("file:/a b/archive #2/x%41") == "/a b/archive #2/x%41"
+    assert sources.local_path("file:///a b/binlog.000001") == "/a b/binlog.000001"
     assert sources.local_path("file://localhost/x") == "/x"
     assert sources.local_path("hdfs://nn:8020/x") is None
     assert sources.local_path("file://otherhost/x") is None
@@ -1022,3 +1024,40 @@ def test_standalone_cluster_counts_like_the_workload(
     assert table_counts(spark, out, "usage_hourly", schema, "hour") == w.hourly()
     assert table_counts(spark, out, "usage_daily", schema, "start") == w.daily()
     assert column_counts(spark, out, schema) == expected_columns(w, server)
+
+
+def test_local_binlogs_in_a_folder_whose_name_has_url_characters_are_read(
+    spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path
+) -> None:
+    """Hadoop lists a local file as the path it is: "#" and "%41" in a folder's name are characters, not a URL's
+    fragment and escape (every file there was "unreadable", or another folder's read)."""
+    server, schema = fresh_schema
+    w, files = run_workload(server, schema)
+    folder = archive(files, tmp_path / "archive #2%41")
+    report, _ = job.run(spark, inputs.collect(spark, str(folder), None), tmp_path / "out", write=lambda _: None)
+    assert [f.line() for f in report.failed] == []
+    assert table_counts(spark, tmp_path / "out", "usage_hourly", schema, "hour") == w.hourly()
+
+
+def test_an_xa_transaction_is_one_transaction_of_its_hour(
+    spark: Any, fresh_schema: tuple[MariaDB, str], tmp_path: Path
+) -> None:
+    """Its rows end with XA PREPARE and its fate comes in a later group (XA COMMIT, here in another file): one
+    transaction, counted at its prepare, not one more for the group of its end."""
+    server, schema = fresh_schema
+    server.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=schema)
+    server.execute("FLUSH BINARY LOGS")
+    first = server.binlog_position()[0]
+    with server.connect(schema) as conn, conn.cursor() as cur:
+        cur.execute(f"SET TIMESTAMP = {D1 + HOUR}")
+        for sql in ("XA START 'x'", "INSERT INTO t VALUES (1,1),(2,2),(3,3)", "XA END 'x'", "XA PREPARE 'x'"):
+            cur.execute(sql)
+        server.execute("FLUSH BINARY LOGS")
+        cur.execute("XA COMMIT 'x'")
+    server.execute("FLUSH BINARY LOGS")
+    files = [p for p in server.binlog_files() if first <= p.name < server.binlog_position()[0]]
+    out = tmp_path / "out"
+    job.run(spark, inputs.collect(spark, str(archive(files, tmp_path / "b")), None), out, write=lambda _: None)
+    assert table_counts(spark, out, "usage_hourly", schema, "hour") == {(D1 + HOUR, "t"): (3, 0, 0, 1)}
+    hourly = spark.read.parquet(str(out / "transactions_hourly")).selectExpr("CAST(hour AS LONG) AS h", "transactions")
+    assert sum(r.transactions for r in hourly.where(f"h >= {D1} AND h < {D1 + DAY}").collect()) == 1

@@ -578,3 +578,24 @@ def test_a_read_of_large_changes_stops_at_its_byte_budget() -> None:
     assert [entry.data for entry in whole] == list(Change.objects.order_by("id").values_list("data", flat=True))
     # Reading on from there: the budget only shortens a read, it never skips an entry.
     assert ids(store.read_entries(session.client_id, 3, 100, byte_budget=1)) == ["3"]  # seqs start at 1
+
+
+def test_changing_a_filters_limit_keeps_the_discards_the_worker_counted_meanwhile() -> None:
+    """ADDFILTER of a known filter with another limit or policy writes those two: the worker adds to the filter's
+    discard count at any moment (here, between the read of the filter and its save), and a save of every column
+    would write the old count back."""
+    from django.db.models import F
+    from django.db.models.signals import pre_save
+
+    session = store.open_session("toggler")
+    spec = store.add_filter(session.client_id, 1, "shop", "orders", 1, 2)
+
+    def worker_discards(sender: object, instance: Filter, **kwargs: object) -> None:
+        Filter.objects.filter(id=instance.id).update(discarded=F("discarded") + 5)
+
+    pre_save.connect(worker_discards, sender=Filter)
+    try:
+        store.add_filter(session.client_id, 1, "shop", "orders", 2, 2)
+    finally:
+        pre_save.disconnect(worker_discards, sender=Filter)
+    assert Filter.objects.filter(id=spec.id).values_list("queue_limit", "discarded").get() == (2, 5)

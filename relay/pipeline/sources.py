@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import unquote, urlparse
 from zoneinfo import ZoneInfo
 
 from binlog.constants import KIND_LETTERS, KIND_NAMES
@@ -68,8 +67,13 @@ def local_path(uri: str) -> str | None:
     """The local path of a ``file:`` URI (as Hadoop lists local files), None for any other file system."""
     if not uri.startswith("file:"):
         return None
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.netloc in ("", "localhost") else None
+    # Hadoop's Path.toString() writes the path as it is, neither escaped nor percent-encoded: not a URL to parse (a
+    # folder "archive #2" or "archive%41" is itself).
+    rest = uri[len("file:") :]
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        return slash + path if host in ("", "localhost") else None
+    return rest
 
 
 @contextlib.contextmanager
@@ -194,6 +198,8 @@ def _count_transaction(tally: FileTally, tx: Any, absent: Any) -> None:
     # file, read by another task).
     changes = tx.changes or tx.prepared
     if not changes:
+        if tx.xa in ("commit", "rollback"):  # the end of an XA transaction: counted (or not) at its XA PREPARE
+            return
         if tx.statements or tx.gtid:  # DDL or an empty transaction: counted per hour, not per table
             tally.add_transaction(tx.timestamp, ())
         return

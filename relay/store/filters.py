@@ -57,7 +57,8 @@ def add_filter(
         elif (spec.queue_limit, spec.discard_policy) == (queue_limit, discard_policy):
             return spec  # clients re-send their filters on every connect: nothing changed, nothing to reload
         spec.queue_limit, spec.discard_policy = queue_limit, discard_policy
-        spec.save()
+        # Only what changed: the worker adds to discarded and last_discard meanwhile (a whole save writes them back).
+        spec.save(update_fields=None if spec.pk is None else ["queue_limit", "discard_policy"])
     return spec
 
 
