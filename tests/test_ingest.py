@@ -220,7 +220,7 @@ def test_routing_a_run_at_a_time_is_routing_each_change() -> None:
         assert dict(Filter.objects.values_list("id", "discarded")) == model_discards
 
 
-def test_a_small_batch_is_two_statements_on_postgresql_and_sets_the_checkpoint() -> None:
+def test_a_small_batch_is_three_statements_on_postgresql_and_sets_the_checkpoint() -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -236,10 +236,11 @@ def test_a_small_batch_is_two_statements_on_postgresql_and_sets_the_checkpoint()
             ingestor.apply(batch(ids), status={"source_file": "binlog.000001", "source_pos": 200 + ids[-1]})
         statements = [query["sql"] for query in queries if query["sql"] not in ("BEGIN", "COMMIT")]
         if connection.vendor == "postgresql" and ids[0] > 1:  # the first batch loads the filters first
-            # The filter version with the queues, then the rest together (queue entries, states, usage, event
-            # counts, status, checkpoint, NOTIFY); the ids come from a range reserved by the first batch, and the
-            # changes go by COPY, which is not a query of Django's cursor.
-            assert len(statements) == 2, statements
+            # The filter version with the queues, the clients it writes to held (a deletion waits for the commit),
+            # then the rest together (queue entries, states, usage, event counts, status, checkpoint, NOTIFY); the
+            # ids come from a range reserved by the first batch, and the changes go by COPY, which is not a query of
+            # Django's cursor.
+            assert len(statements) == 3 and "FOR KEY SHARE" in statements[1], statements
         checkpoint = Checkpoint.objects.get(source="src")  # made by the first batch, moved by the second
         assert (checkpoint.binlog_file, checkpoint.binlog_pos) == ("binlog.000001", 200 + ids[-1])
     status = WorkerStatus.objects.get(source="src")

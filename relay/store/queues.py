@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from django.db import connection, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
+from django.db.models.signals import pre_delete
 
 from relay.models import MAX_RUN, Change, Client, QueueEntry, QueueState, ServedEvent
 from relay.store.errors import StoreError
@@ -488,5 +489,21 @@ def purge_queue(client_id: int) -> int:
 
 def delete_client(client_id: int) -> None:
     with transaction.atomic():
+        lock_for_deletion(Client, [client_id])
         QueueEntry.objects.filter(client_id=client_id).delete()
         Client.objects.filter(id=client_id).delete()
+
+
+def lock_for_deletion(model: type[Client], ids: list[int]) -> None:
+    """Before clients are deleted, in the deleting transaction: waits for a worker batch writing to them to commit
+    (it holds them FOR KEY SHARE, relay.worker.ingest), so that the entries it wrote are deleted with them, and a
+    batch after sees them gone. Connected to Client's pre_delete, so the admin's deletions take it too."""
+    if connection.vendor == "postgresql" and ids:
+        list(model.objects.select_for_update().filter(id__in=ids).values_list("id", flat=True))
+
+
+def _client_deleted(sender: type[Client], instance: Client, **kwargs: Any) -> None:
+    lock_for_deletion(sender, [instance.id])
+
+
+pre_delete.connect(_client_deleted, sender=Client, dispatch_uid="relay.store.queues.client_deleted")

@@ -202,6 +202,8 @@ class Ingestor:
         # The batch's small writes go together at its end (one round trip on PostgreSQL): its latency is mostly
         # round trips when the batch is small.
         writes = bulk.Statements()
+        if connection.vendor == "postgresql":
+            self._hold_clients(queues)
         queued = self._write_queues(changes, queues, stored, writes)
         discarded = sum(queue.discarded for queue in queues.values())
         if by_filter:
@@ -321,6 +323,21 @@ class Ingestor:
                 last_seq = max_queue = 0
             queues[client_id] = _Queue(acked=acked_seq, last=max(last_seq, acked_seq), max_queue=max_queue)
         return int(rows[0][0] or 0), queues
+
+    @staticmethod
+    def _hold_clients(queues: dict[int, _Queue]) -> None:
+        """Locks the clients the batch writes to (FOR KEY SHARE: a deletion of one waits for the batch's commit,
+        relay.store.queues.lock_for_deletion) and drops the queues of those deleted since the batch read them: their
+        entries would fail the commit on the foreign key, and the worker start over."""
+        wanted = sorted(client_id for client_id, queue in queues.items() if queue.runs or queue.discarded)
+        if not wanted:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {table(Client)} WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE", [wanted])
+            live = {row[0] for row in cursor.fetchall()}
+        for client_id in wanted:
+            if client_id not in live:
+                del queues[client_id]
 
     def _write_queues(
         self, changes: Sequence, queues: dict[int, _Queue], stored: list[int], writes: bulk.Statements
