@@ -195,10 +195,11 @@ def test_routing_a_run_at_a_time_is_routing_each_change() -> None:
                 queue, state = queue_of[client_id], model_state[client_id]
                 if spec.queue_limit > 0 and len(queue) >= spec.queue_limit:
                     if spec.discard_policy == DiscardPolicy.UNQUEUE_OLDEST:
-                        dropped = len(queue) - spec.queue_limit + 1
-                        del queue[:dropped]
-                        state[1] += dropped
-                        model_discards[spec.id] += dropped
+                        # The original's rule: the oldest entry (of whichever filter) for each new one, the queue
+                        # staying as long as it was when another filter had filled it past this limit.
+                        del queue[:1]
+                        state[1] += 1
+                        model_discards[spec.id] += 1
                     elif spec.discard_policy == DiscardPolicy.IGNORE_NEWEST:
                         state[1] += 1
                         model_discards[spec.id] += 1

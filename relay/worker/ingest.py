@@ -246,8 +246,9 @@ class Ingestor:
         of its first changes some client keeps.
 
         Entry by entry, a limit drops when the queue is full before an entry is added: unqueue-oldest drops the oldest
-        to make room (so the queue ends at the limit), ignore-newest drops the new entry (so the client keeps the
-        run's first changes while there is room), and no-discard keeps everything.
+        entry for each new one (the original's rule: a queue another filter filled past this limit keeps its length,
+        it is not cut to the limit), ignore-newest drops the new entry (so the client keeps the run's first changes
+        while there is room), and no-discard keeps everything.
         """
         kept = 0
         for sub in subscriptions:
@@ -261,7 +262,7 @@ class Ingestor:
             limit = sub.queue_limit
             if limit > 0 and size + count > limit:  # some entry of the run finds the queue full
                 if sub.discard_policy == DiscardPolicy.UNQUEUE_OLDEST:
-                    dropped = size + count - limit
+                    dropped = count - max(limit - size, 0)
                     queue.acked += dropped
                     queue.discarded += dropped
                     by_filter[sub.filter_id] += dropped
