@@ -37,11 +37,21 @@ class Subscription:
 
 
 class FilterIndex:
-    def __init__(self, filters: Iterable[FilterSpec]) -> None:
+    def __init__(self, filters: Iterable[FilterSpec], patterns: dict[str, NamePattern] | None = None) -> None:
         # Earliest filter first: its limit and policy win when several of a client's filters match.
         self._filters = sorted(filters, key=lambda spec: spec.filter_id)
-        self._patterns = [(NamePattern(spec.schema_name), NamePattern(spec.table_name)) for spec in self._filters]
+        #: Each pattern once (an index loaded again takes the last one's: most filters are as they were).
+        self.patterns: dict[str, NamePattern] = {} if patterns is None else patterns
+        self._patterns = [(self._pattern(spec.schema_name), self._pattern(spec.table_name)) for spec in self._filters]
         self._cache: dict[tuple[str, str, int], tuple[Subscription, ...]] = {}
+
+    def _pattern(self, text: str) -> NamePattern:
+        pattern = self.patterns.get(text)
+        if pattern is None:
+            if len(self.patterns) > 200_000:  # patterns of filters long gone
+                self.patterns.clear()
+            pattern = self.patterns[text] = NamePattern(text)
+        return pattern
 
     def __len__(self) -> int:
         return len(self._filters)

@@ -103,10 +103,13 @@ class BatchResult:
     discarded: int
 
 
-def load_filter_index() -> FilterIndex:
+def load_filter_index(previous: FilterIndex | None = None) -> FilterIndex:
+    """Every filter, as plain rows (20 clients of 1,000 filters each load in tens of milliseconds, not in half a
+    second as model instances: every client's batches wait for a reload), with the patterns of ``previous``."""
+    fields = ("id", "client_id", "event_mask", "schema_name", "table_name", "queue_limit", "discard_policy")
     return FilterIndex(
-        FilterSpec(f.id, f.client_id, f.event_mask, f.schema_name, f.table_name, f.queue_limit, f.discard_policy)
-        for f in Filter.objects.all()
+        (FilterSpec(*row) for row in Filter.objects.values_list(*fields)),
+        patterns=None if previous is None else previous.patterns,
     )
 
 
@@ -132,7 +135,7 @@ class Ingestor:
         version = filter_version()
         if version == self.filter_version:
             return False
-        self.index = load_filter_index()
+        self.index = load_filter_index(self.index)
         self.filter_version = version
         return True
 
