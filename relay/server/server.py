@@ -186,7 +186,7 @@ class RelayServer:
         self.loop = asyncio.get_running_loop()
         self.options = descriptor_room(self.options)
         self._stop_requested = asyncio.Event()
-        self.notifier = make_notifier(self.threads, self.session_announced)
+        self.notifier = make_notifier(self.threads, self.session_announced, self.heads_moved)
         await self.notifier.start()
         self.history.start()
         self._listener = await self.loop.create_server(
@@ -403,6 +403,15 @@ class RelayServer:
         if older is not None and older is not conn:
             log.info("client %d authenticated again from %s: closing %s", client_id, conn.peer, older.peer)
             older.kick()
+
+    def heads_moved(self, client_ids: frozenset[int] | None) -> None:
+        """The worker's unqueue-oldest policy moved these clients' queue heads (None: any client's): what their
+        sessions here read ahead may be entries it discarded, so their next POLL or FETCH reads the store."""
+        held = self._by_client if client_ids is None else {cid: self._by_client.get(cid) for cid in client_ids}
+        for conn in held.values():
+            session = None if conn is None else conn.session
+            if session is not None:
+                session.forget_read_ahead()
 
     def session_announced(self, client_id: int, token: int) -> None:
         """A relay process (this one or another) opened session ``token`` for ``client_id``.

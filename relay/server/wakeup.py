@@ -33,7 +33,7 @@ from django.db import DatabaseError, connections
 
 from relay import store
 from relay.server.database import StoreThreads
-from relay.store.channels import QUEUE_CHANNEL, SESSION_CHANNEL, notice_clients
+from relay.store.channels import HEAD_CHANNEL, QUEUE_CHANNEL, SESSION_CHANNEL, notice_clients
 
 log = logging.getLogger("relay.server")
 
@@ -44,6 +44,8 @@ _RECONNECT_DELAY = 1.0
 
 #: Called on the event loop with (client_id, token) of every new session announced by any relay process.
 SessionCallback = Callable[[int, int], None]
+#: Called with the clients whose queue heads the worker moved (None: possibly every client).
+HeadsCallback = Callable[[frozenset[int] | None], None]
 
 
 #: What a waiter saw before reading its queue: the generation of every client, and that of its own.
@@ -123,9 +125,10 @@ class Notifier:
 
 
 class PostgresNotifier(Notifier):
-    def __init__(self, on_session: SessionCallback | None = None) -> None:
+    def __init__(self, on_session: SessionCallback | None = None, on_heads: HeadsCallback | None = None) -> None:
         super().__init__()
         self._on_session = on_session
+        self._on_heads = on_heads
         self._conn: Any = None
 
     async def start(self) -> None:
@@ -148,6 +151,7 @@ class PostgresNotifier(Notifier):
         with conn.cursor() as cursor:
             cursor.execute(f"LISTEN {QUEUE_CHANNEL}")
             cursor.execute(f"LISTEN {SESSION_CHANNEL}")
+            cursor.execute(f"LISTEN {HEAD_CHANNEL}")
         self._conn = conn
         return conn
 
@@ -168,6 +172,10 @@ class PostgresNotifier(Notifier):
         for notify in notifies:
             if notify.channel == SESSION_CHANNEL:
                 self._session_announced(notify.payload)
+                continue
+            if notify.channel == HEAD_CHANNEL:
+                if self._on_heads is not None:
+                    self._on_heads(notice_clients(notify.payload))
                 continue
             clients = notice_clients(notify.payload)
             if clients is None:
@@ -248,7 +256,9 @@ class PollingNotifier(Notifier):
                     waiter.event.set()
 
 
-def make_notifier(threads: StoreThreads, on_session: SessionCallback | None = None) -> Notifier:
+def make_notifier(
+    threads: StoreThreads, on_session: SessionCallback | None = None, on_heads: HeadsCallback | None = None
+) -> Notifier:
     if connections["default"].vendor == "postgresql":
-        return PostgresNotifier(on_session)
+        return PostgresNotifier(on_session, on_heads)
     return PollingNotifier(threads)

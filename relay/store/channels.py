@@ -13,6 +13,10 @@ QUEUE_CHANNEL = "relay_queues"
 #: payloads stop at 8,000 bytes).
 MAX_NOTICE = 7000
 
+#: The worker notifies it in a batch transaction whose unqueue-oldest policy moved clients' queue heads, naming them
+#: (:func:`queue_notice`): a relay process drops what it read ahead of their queues, which the policy discarded.
+HEAD_CHANNEL = "relay_heads"
+
 #: PostgreSQL channel on which :func:`open_session` announces "client_id:token": every relay process LISTENs on it
 #: and closes its own older connection of that client at once (several ``runrelay`` processes share one store).
 SESSION_CHANNEL = "relay_sessions"

@@ -40,7 +40,7 @@ from relay.models import (
     WorkerStatus,
 )
 from relay.store import rowcodec
-from relay.store.channels import QUEUE_CHANNEL, queue_notice
+from relay.store.channels import HEAD_CHANNEL, QUEUE_CHANNEL, queue_notice
 from relay.store.filters import filter_version, filter_version_sql
 from relay.store.schemahistory import StoreHistory
 from relay.store.sql import table
@@ -59,6 +59,7 @@ class _Queue:
     last: int
     max_queue: int
     discarded: int = 0
+    read_acked: int = 0  # the head as the batch read it: the unqueue-oldest policy moves ``acked`` past it
     # Runs [first seq, first index in the batch's stored changes, count]: built as entries are added, so a client
     # that gets every stored change holds one run for the whole batch.
     runs: list[list[int]] = field(default_factory=list)
@@ -236,6 +237,9 @@ class Ingestor:
         if queued and connection.vendor == "postgresql":  # delivered at commit: wakes those clients' long-polls
             notice = queue_notice(client_id for client_id, queue in queues.items() if queue.runs)
             writes.add("SELECT pg_notify(%s, %s)", [QUEUE_CHANNEL, notice])
+        moved = [client_id for client_id, queue in queues.items() if queue.acked > queue.read_acked]
+        if moved and connection.vendor == "postgresql":  # the relays drop what they read ahead of those queues
+            writes.add("SELECT pg_notify(%s, %s)", [HEAD_CHANNEL, queue_notice(moved)])
         writes.send()
         return BatchResult(len(transactions), rows, len(stored), queued, discarded)
 
@@ -325,7 +329,9 @@ class Ingestor:
                 # Ignoring a conflict: an AUTH committing the client's state meanwhile must not stop the worker.
                 QueueState.objects.bulk_create([QueueState(client_id=client_id)], ignore_conflicts=True)
                 last_seq = max_queue = 0
-            queues[client_id] = _Queue(acked=acked_seq, last=max(last_seq, acked_seq), max_queue=max_queue)
+            queues[client_id] = _Queue(
+                acked=acked_seq, last=max(last_seq, acked_seq), max_queue=max_queue, read_acked=acked_seq
+            )
         return int(rows[0][0] or 0), queues
 
     @staticmethod
