@@ -359,6 +359,29 @@ def _follow(
             mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
+def _names_of_rows(mariadb: MariaDB, schema: str, statements: list[str]) -> dict[str, list[str]]:
+    """Each table's column names in the rows the statements wrote, as the binlog carries them (row metadata FULL),
+    once checked against the model following the DDL and against the stream's information_schema look-up."""
+    from binlog.schema import InformationSchemaProvider
+
+    seen: dict[str, list[str]] = {}
+    provider = InformationSchemaProvider({**mariadb.replication_settings(), "charset": "utf8mb4"})
+
+    def rows(sql: str, model: SchemaModel, change: Any) -> None:
+        binlog_names = list(change.columns)
+        assert [c.name for c in model.tables[(schema, change.table)].columns] == binlog_names, sql
+        provider.invalidate()
+        looked_up = provider.table(schema, change.table)
+        assert looked_up is not None and [c.name for c in looked_up.columns] == binlog_names, sql
+        seen[change.table] = binlog_names
+
+    try:
+        _follow(mariadb, [schema], statements, lambda sql, model: None, rows)
+    finally:
+        provider.close()
+    return seen
+
+
 def test_lower_case_table_names() -> None:
     model = SchemaModel(lower_case_table_names=1)
     apply_statement(model, "Db", "CREATE TABLE `MyTable` (A INT)")
@@ -479,8 +502,6 @@ def test_system_versioned_tables_have_the_columns_of_their_row_images(mariadb: M
     (row_start, row_end: last, even after a column is added), which information_schema does not show. The model,
     the baseline read from information_schema and the stream's own look-ups each have them; a table with its own
     ROW START/END columns has no others. The names the binlog carries (row metadata FULL here) are the truth."""
-    from binlog.schema import InformationSchemaProvider
-
     schema = "ddlversioned"
     keep = "SET STATEMENT system_versioning_alter_history=KEEP FOR "
     statements = [
@@ -509,22 +530,7 @@ def test_system_versioned_tables_have_the_columns_of_their_row_images(mariadb: M
         "PARTITION BY SYSTEM_TIME (PARTITION p0 HISTORY, PARTITION pn CURRENT)",
         "INSERT INTO vp VALUES (1, 2)",
     ]
-    seen: dict[str, list[str]] = {}
-    provider = InformationSchemaProvider({**mariadb.replication_settings(), "charset": "utf8mb4"})
-
-    def rows(sql: str, model: SchemaModel, change: Any) -> None:
-        binlog_names = list(change.columns)
-        assert [c.name for c in model.tables[(schema, change.table)].columns] == binlog_names, sql
-        provider.invalidate()
-        looked_up = provider.table(schema, change.table)
-        assert looked_up is not None and [c.name for c in looked_up.columns] == binlog_names, sql
-        seen[change.table] = binlog_names
-
-    try:
-        _follow(mariadb, [schema], statements, lambda sql, model: None, rows)
-    finally:
-        provider.close()
-    assert seen == {
+    assert _names_of_rows(mariadb, schema, statements) == {
         "v": ["f", "id", "x", "z"],
         "w": ["id", "x", "y", "row_start", "row_end"],
         "e": ["id", "rs", "re", "y"],
@@ -541,8 +547,6 @@ def test_long_unique_keys_have_their_hidden_hash_columns(mariadb: MariaDB) -> No
     which information_schema does not list. The model from CREATE TABLE, the baseline and the stream's look-ups each
     have them (a MEMORY table's HASH index is an ordinary one). The names the binlog carries (metadata FULL) are the
     truth."""
-    from binlog.schema import InformationSchemaProvider
-
     schema = "ddllongunique"
     statements = [
         f"CREATE DATABASE {schema}",
@@ -558,22 +562,7 @@ def test_long_unique_keys_have_their_hidden_hash_columns(mariadb: MariaDB) -> No
         "CREATE TABLE m (engine INT PRIMARY KEY, a VARCHAR(10), UNIQUE KEY (a) USING HASH) ENGINE=MEMORY",
         "INSERT INTO m VALUES (1, 'a')",
     ]
-    seen: dict[str, list[str]] = {}
-    provider = InformationSchemaProvider({**mariadb.replication_settings(), "charset": "utf8mb4"})
-
-    def rows(sql: str, model: SchemaModel, change: Any) -> None:
-        binlog_names = list(change.columns)
-        assert [c.name for c in model.tables[(schema, change.table)].columns] == binlog_names, sql
-        provider.invalidate()
-        looked_up = provider.table(schema, change.table)
-        assert looked_up is not None and [c.name for c in looked_up.columns] == binlog_names, sql
-        seen[change.table] = binlog_names
-
-    try:
-        _follow(mariadb, [schema], statements, lambda sql, model: None, rows)
-    finally:
-        provider.close()
-    assert seen == {
+    assert _names_of_rows(mariadb, schema, statements) == {
         "t": ["id", "a", "b", "c", "DB_ROW_HASH_1", "DB_ROW_HASH_2", "DB_ROW_HASH_3"],
         "u": ["id", "a", "b", "c", "DB_ROW_HASH_1", "DB_ROW_HASH_2"],
         "l": ["id", "a", "b", "DB_ROW_HASH_1"],

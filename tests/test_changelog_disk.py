@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from django.test import Client as HttpClient
 from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
 from relay.web.metrics import render_metrics
+from tests.helpers.scratch import small_disk as scratch_disk
 from tests.helpers.worker import caught_up, queue_of, start_worker, subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,15 +25,8 @@ VALUE = "x" * 300  # about 480 bytes a JSON line
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MEGABYTES}m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], check=False)
+    with scratch_disk(tmp_path, DISK_MEGABYTES) as mount:
+        yield mount
 
 
 def fill(mount: Path, leave: int) -> Path:

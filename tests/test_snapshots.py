@@ -166,6 +166,17 @@ def _resume(server: MariaDB, chunk_rows: int, **env: object) -> RelayProcess:
     return start_worker(server, batch_ms=20, RELAY_SNAPSHOT_CHUNKROWS=chunk_rows, **env)
 
 
+def _snapshot_under_way(server: MariaDB, schema: str) -> tuple[RelayProcess, Snapshot]:
+    """A worker reading a snapshot of ``schema``.t for the client "copy" slowly (50 rows a chunk, 400 rows a second),
+    once its first 150 rows are queued."""
+    worker = _start(server, 50, RELAY_SNAPSHOT_ROWSPERSECOND=400)
+    caught_up(server, worker)
+    subscribe("copy", 7, schema, "t")
+    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
+    wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 150, timeout=60, message="a quarter read")
+    return worker, snapshot
+
+
 def _wait_done(snapshot: Snapshot, worker: RelayProcess, timeout: float = 240) -> Snapshot:
     def finished() -> bool:
         assert worker.alive(), worker.output[-3000:]
@@ -569,11 +580,7 @@ def test_a_ddl_during_the_snapshot_gives_rows_in_the_layout_of_their_point(
         f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('café', seq), seq FROM seq_1_to_{DDL_ROWS}",
         database=schema,
     )
-    worker = _start(server, 50, RELAY_SNAPSHOT_ROWSPERSECOND=400)
-    caught_up(server, worker)
-    subscribe("copy", 7, schema, "t")
-    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
-    wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 150, timeout=60, message="a quarter read")
+    worker, snapshot = _snapshot_under_way(server, schema)
     server.execute(ddl, database=schema)
     if state == Snapshot.State.DONE:
         # A change of an early row after the DDL: the stream gives it in the new layout too.
@@ -1001,11 +1008,7 @@ def test_a_snapshot_resumed_after_its_tables_key_changed_fails_instead_of_going_
         f"INSERT INTO `{schema}`.t SELECT seq, 601 - seq FROM seq_1_to_600",
         database=schema,
     )
-    worker = _start(server, 50, RELAY_SNAPSHOT_ROWSPERSECOND=400)
-    caught_up(server, worker)
-    subscribe("copy", 7, schema, "t")
-    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
-    wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 150, timeout=60, message="a quarter read")
+    worker, snapshot = _snapshot_under_way(server, schema)
     worker.kill()
     server.execute("ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (n)", database=schema)
     worker = _resume(server, 50)
@@ -1025,11 +1028,7 @@ def test_a_truncate_during_the_snapshot_fails_it_with_the_reason(fresh_schema: t
         f"INSERT INTO `{schema}`.t SELECT seq, CONCAT('v', seq) FROM seq_1_to_600",
         database=schema,
     )
-    worker = _start(server, 50, RELAY_SNAPSHOT_ROWSPERSECOND=400)
-    caught_up(server, worker)
-    subscribe("copy", 7, schema, "t")
-    snapshot = request_snapshots(Client.objects.get(name="copy"), [(schema, "t")])[0]
-    wait_for(lambda: Snapshot.objects.get(id=snapshot.id).rows_done >= 150, timeout=60, message="a quarter read")
+    worker, snapshot = _snapshot_under_way(server, schema)
     server.execute("TRUNCATE other", database=schema)  # another table's: the snapshot goes on
     time.sleep(0.5)
     assert Snapshot.objects.get(id=snapshot.id).state in Snapshot.ACTIVE

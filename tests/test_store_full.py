@@ -17,6 +17,7 @@ import pytest
 from devtools.sandbox import MariaDB
 from devtools.wait import wait_for
 from tests.helpers.processes import REPO, relay_env, start_relay
+from tests.helpers.scratch import small_disk as scratch_disk
 from tests.helpers.worker import fetch_events, filtered_client, start_worker
 
 STORE_MEGABYTES = 6
@@ -26,16 +27,8 @@ VALUE = "x" * 2_000  # 3,000 rows of 2 kB: about 6 MB as changes alone, more tha
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of STORE_MEGABYTES mounted for this test (mounting needs root, as CI runs)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={STORE_MEGABYTES}m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], check=False)
+    with scratch_disk(tmp_path, STORE_MEGABYTES) as mount:
+        yield mount
 
 
 def grow(mount: Path) -> None:

@@ -5,9 +5,9 @@ When a run has both, the binlogs are decoded first and the change logs after the
 a binlog of the run counted its change (``coverage``), which only the binlogs' own tasks can tell.
 
 A run replaces only the days it computed, so runs over different archives add up when each day's files are in one
-run: a run over part of a day replaces what another run wrote for that day (give every file of a day to one run). ``transactions`` counts committed
-transactions that changed the table in that hour: exact for binlog files, by GTID for JSON change logs, 0 for the
-text layout (which has no transaction identity).
+run: a run over part of a day replaces what another run wrote for that day (give every file of a day to one run).
+``transactions`` counts committed transactions that changed the table in that hour: exact for binlog files, by GTID
+for JSON change logs, 0 for the text layout (which has no transaction identity).
 """
 
 from __future__ import annotations

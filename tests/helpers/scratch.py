@@ -6,9 +6,11 @@ run leaves nothing behind however many processes it started."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 _root: Path | None = None
@@ -37,3 +39,24 @@ def scratch_file(prefix: str, suffix: str = "") -> Path:
 def _remove(root: Path, owner: int) -> None:
     if os.getpid() == owner:  # not in a forked child, which inherits the handler but not the folder's use
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, megabytes: int) -> Iterator[Path]:
+    """A tmpfs of ``megabytes`` mounted on ``folder``/disk while inside (mounting needs root, as CI has): the test
+    is skipped, saying why, where it cannot be mounted."""
+    import subprocess
+
+    import pytest
+
+    mount = folder / "disk"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=False)
