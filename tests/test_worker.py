@@ -159,7 +159,7 @@ def test_clients_deleted_while_rows_flow_to_them_stop_nothing(fresh_schema: tupl
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        for number in range(40):
+        for number in range(20):
             victim = subscribe(f"victim{number}", 1, schema, "t")
             time.sleep(0.15)
             if number % 2:
