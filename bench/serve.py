@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import statistics
 import struct
@@ -678,6 +679,9 @@ def main() -> int:
             results += measure_fairness(port, args.runs)
         if args.only in (None, "latency"):
             results += bench_latency(port, env, workdir, args.synthetic, args.latency_seconds)
+    except BaseException:
+        print(f"the relay's log and data are kept in {workdir}", file=sys.stderr)
+        raise
     finally:
         relay.terminate()
         relay.wait(30)
@@ -685,6 +689,7 @@ def main() -> int:
 
         connections.close_all()
         drop()
+    shutil.rmtree(workdir, ignore_errors=True)  # a run that went well leaves nothing behind
     print(
         f"\nrelay server benchmark ({args.store} store, {args.event_loop} event loop, medians of {args.poll_runs} POLL"
         f" and {args.runs} FETCH runs, loopback)"
