@@ -54,17 +54,13 @@ SYSTEM_TIME_COLUMNS = (
 SYSTEM_VERSIONED = "SYSTEM VERSIONED"
 #: A UNIQUE key too long for the engine's B-tree (over a BLOB or TEXT column, or wider than the engine's key length)
 #: is kept by a hash: a hidden BIGINT column per such key, DB_ROW_HASH_1, _2..., after the table's own columns, in
-#: every row image, which information_schema does not list (its index shows INDEX_TYPE HASH; on a MEMORY table a
-#: HASH index is an ordinary one).
-LONG_UNIQUE_SQL = (
-    "SELECT COUNT(DISTINCT s.INDEX_NAME) FROM information_schema.STATISTICS s JOIN information_schema.TABLES t"
-    " ON t.TABLE_SCHEMA = s.TABLE_SCHEMA AND t.TABLE_NAME = s.TABLE_NAME WHERE s.TABLE_SCHEMA = %s"
-    " AND s.TABLE_NAME = %s AND s.NON_UNIQUE = 0 AND s.INDEX_TYPE = 'HASH' AND t.ENGINE NOT IN ('MEMORY', 'HEAP')"
-)
+#: every row image, which information_schema does not list (its index shows INDEX_TYPE HASH, NON_UNIQUE 0; on a
+#: table of ORDINARY_HASH_ENGINES a HASH index is an ordinary one).
+ORDINARY_HASH_ENGINES = frozenset(("MEMORY", "HEAP"))
 
 
 def long_unique_hash_columns(keys: int) -> tuple[SchemaColumn, ...]:
-    """The hidden columns of a table with ``keys`` long UNIQUE keys (see LONG_UNIQUE_SQL)."""
+    """The hidden columns of a table with ``keys`` long UNIQUE keys."""
     return tuple(
         SchemaColumn(f"DB_ROW_HASH_{n}", "bigint", "bigint(20) unsigned", None, True) for n in range(1, keys + 1)
     )
@@ -152,12 +148,16 @@ class InformationSchemaProvider:
             if not rows:
                 self._cache[key] = None
                 return None
-            pk = self._query(
-                "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-                "AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            # The primary key's columns and the long UNIQUE keys, in one read of the table's own indexes.
+            indexes = self._query(
+                "SELECT INDEX_NAME, COLUMN_NAME, NON_UNIQUE, INDEX_TYPE FROM information_schema.STATISTICS"
+                " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND (INDEX_NAME = 'PRIMARY' OR INDEX_TYPE = 'HASH')"
+                " ORDER BY INDEX_NAME, SEQ_IN_INDEX",
                 schema,
                 table,
             )
+            pk = [r for r in indexes if _text(r[0]) == "PRIMARY"]
+            hashed = {_text(r[0]) for r in indexes if _text(r[3]) == "HASH" and int(r[2]) == 0}
             columns = tuple(
                 SchemaColumn(
                     name=_text(r[0]),
@@ -169,7 +169,7 @@ class InformationSchemaProvider:
                 for r in rows
             )
             kind = self._query(
-                "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                "SELECT TABLE_TYPE, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
                 schema,
                 table,
             )
@@ -177,8 +177,9 @@ class InformationSchemaProvider:
                 _text(kind[0][0]), [_text(r[5]) if r[5] is not None else None for r in rows]
             ):
                 columns += SYSTEM_TIME_COLUMNS
-            columns += long_unique_hash_columns(int(self._query(LONG_UNIQUE_SQL, schema, table)[0][0] or 0))
-            result = SchemaTable(self._without_doubtful_labels(schema, table, columns), tuple(_text(r[0]) for r in pk))
+            if kind and _text(kind[0][1] or "").upper() not in ORDINARY_HASH_ENGINES:
+                columns += long_unique_hash_columns(len(hashed))
+            result = SchemaTable(self._without_doubtful_labels(schema, table, columns), tuple(_text(r[1]) for r in pk))
             self._cache[key] = result
             return result
 

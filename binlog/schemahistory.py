@@ -27,6 +27,7 @@ from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.position import Position
 from binlog.schema import (
     COLUMN_TYPE_CHARSET_SQL,
+    ORDINARY_HASH_ENGINES,
     SYSTEM_VERSIONED,
     SchemaTable,
     has_hidden_system_time,
@@ -520,14 +521,17 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
         model.databases[_text(name).lower() if lctn else _text(name)] = _text(charset)
     table_charsets: dict[tuple[str, str], str] = {}
     versioned: set[tuple[str, str]] = set()
-    for schema, table, collation, kind in query(
-        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION, TABLE_TYPE FROM information_schema.TABLES "
+    ordinary_hashes: set[tuple[str, str]] = set()  # tables whose HASH indexes are ordinary ones (MEMORY)
+    for schema, table, collation, kind, engine in query(
+        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION, TABLE_TYPE, ENGINE FROM information_schema.TABLES "
         f"WHERE TABLE_TYPE IN ('BASE TABLE', '{SYSTEM_VERSIONED}', 'SEQUENCE')"
     ):
         if _text(schema) not in system and (wanted is None or _text(schema) in wanted):
             table_charsets[(_text(schema), _text(table))] = _charset(_text(collation or "binary"))
             if _text(kind) == SYSTEM_VERSIONED:
                 versioned.add((_text(schema), _text(table)))
+            if _text(engine or "").upper() in ORDINARY_HASH_ENGINES:
+                ordinary_hashes.add((_text(schema), _text(table)))
     generations: dict[tuple[str, str], list[str | None]] = {key: [] for key in versioned}
     shown_in = _column_type_charset(query)
     columns: dict[tuple[str, str], list[Column]] = {key: [] for key in table_charsets}
@@ -555,29 +559,27 @@ def read_model(query: Query, schemas: Iterable[str] | None = None) -> SchemaMode
                 if labels_may_be_mangled(column, shown_in):
                     column = replace(column, labels_uncertain=True)
                 columns[key].append(column)
-    long_unique: dict[tuple[str, str], int] = {}
-    for schema, table, count in query(
-        "SELECT s.TABLE_SCHEMA, s.TABLE_NAME, COUNT(DISTINCT s.INDEX_NAME) FROM information_schema.STATISTICS s"
-        " JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.TABLE_SCHEMA AND t.TABLE_NAME = s.TABLE_NAME"
-        " WHERE s.NON_UNIQUE = 0 AND s.INDEX_TYPE = 'HASH' AND t.ENGINE NOT IN ('MEMORY', 'HEAP')"
-        " GROUP BY s.TABLE_SCHEMA, s.TABLE_NAME"
-    ):
-        long_unique[(_text(schema), _text(table))] = int(count)
+    # The primary keys and the long UNIQUE keys (binlog.schema.long_unique_hash_columns), in one read of the indexes.
     keys: dict[tuple[str, str], list[str]] = {}
-    for schema, table, name, _seq in sorted(
+    long_unique: dict[tuple[str, str], set[str]] = {}
+    for schema, table, index, name, _seq, non_unique, index_type in sorted(
         query(
-            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, SEQ_IN_INDEX FROM information_schema.STATISTICS "
-            "WHERE INDEX_NAME = 'PRIMARY'"
+            "SELECT TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, COLUMN_NAME, SEQ_IN_INDEX, NON_UNIQUE, INDEX_TYPE"
+            " FROM information_schema.STATISTICS WHERE INDEX_NAME = 'PRIMARY' OR INDEX_TYPE = 'HASH'"
         ),
-        key=lambda row: (_text(row[0]), _text(row[1]), int(row[3])),
+        key=lambda row: (_text(row[0]), _text(row[1]), _text(row[2]), int(row[4])),
     ):
-        keys.setdefault((_text(schema), _text(table)), []).append(_text(name))
+        key = (_text(schema), _text(table))
+        if _text(index) == "PRIMARY":
+            keys.setdefault(key, []).append(_text(name))
+        elif int(non_unique) == 0 and _text(index_type) == "HASH" and key not in ordinary_hashes:
+            long_unique.setdefault(key, set()).add(_text(index))
     for key, expressions in generations.items():
         if has_hidden_system_time(SYSTEM_VERSIONED, expressions):
             columns[key] += SYSTEM_TIME
-    for key in columns:  # a long UNIQUE key's hidden hash column (binlog.schema.LONG_UNIQUE_SQL)
+    for key in columns:
         if key in long_unique:
-            columns[key] += hidden(long_unique_hash_columns(long_unique[key]))
+            columns[key] += hidden(long_unique_hash_columns(len(long_unique[key])))
     for key, cols in columns.items():
         charset = table_charsets.get(key, model.database_charset(key[0]))
         model.put(key[0], key[1], TableDef(tuple(cols), tuple(keys.get(key, ())), charset))

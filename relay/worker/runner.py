@@ -201,7 +201,7 @@ def _say_cascades(connect_args: dict[str, Any]) -> None:
     what they change reaches no client."""
     try:
         lines = cascading_foreign_keys(connect_args)
-    except pymysql.err.MySQLError as exc:
+    except (pymysql.err.MySQLError, OSError) as exc:
         log.warning("cannot read the source's foreign keys (%s): changes they cascade are not in the binlog", exc)
         return
     if lines:
@@ -400,7 +400,8 @@ class Worker:
         ingestor.history = open_history(
             self.source, settings.schema_connect_args(), start, on_problem=self._schema_problems.append
         )
-        _say_cascades(settings.schema_connect_args())
+        # Beside the start, not in its way: the foreign keys are read from every table's definition.
+        threading.Thread(target=_say_cascades, args=(settings.schema_connect_args(),), daemon=True).start()
         self._stream = self.stream_factory(
             settings, start, chunk_rows=self.options.chunk_rows, schema_provider=ingestor.history
         )
