@@ -478,7 +478,8 @@ def test_foreign_keys_whose_cascades_the_binlog_lacks_are_named_at_start(fresh_s
     server.execute(f"DELETE FROM `{schema}`.p WHERE id = 1")  # deletes c's row 10: not in the binlog
     caught_up(server, worker)
     assert queue_of("children") == [("c", 1, "10")]
-    assert f"{schema}.c (" in worker.output and f"-> {schema}.p ON DELETE CASCADE)" in worker.output
+    wait_for(lambda: f"{schema}.c (" in worker.output, timeout=30, message="the cascading foreign key named")
+    assert f"-> {schema}.p ON DELETE CASCADE)" in worker.output
     assert f"{schema}.r (" not in worker.output  # RESTRICT changes nothing else
     worker.stop()
 
