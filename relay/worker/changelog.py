@@ -267,13 +267,15 @@ class ChangeSpool:
     def write(self, transactions: Iterable[Transaction]) -> int:
         """Spools the lines of ``transactions``; how many changes they are."""
         transactions = list(transactions)
-        changes = sum(1 for _ in self._log._logged(transactions))
-        self._changes += changes
-        if self._error is None and changes:
+        if self._error is None:
             try:
-                self._log._write(transactions, self._file)
+                written = self._log._write(transactions, self._file)
+                self._changes += written
+                return written
             except OSError as exc:  # a full disk must not stop replication: the store has the changes
                 self._error = exc
+        changes = sum(1 for _ in self._log._logged(transactions))  # their lines are lost: counted, not written
+        self._changes += changes
         return changes
 
     def _file(self, layout: str, day: str) -> TextIO:
