@@ -39,6 +39,7 @@ from binlog.constants import (
     MYSQL_TYPE_VAR_STRING,
     MYSQL_TYPE_VARCHAR,
     MYSQL_TYPE_VARCHAR_COMPRESSED,
+    MYSQL_TYPE_YEAR,
     SET_STR_VALUE,
     SIGNEDNESS,
     SIMPLE_PRIMARY_KEY,
@@ -228,7 +229,9 @@ def _str_values(value: bytes, indexes: list[int]) -> dict[int, tuple[bytes, ...]
 
 def _parse_optional(body: bytes, pos: int, types: list[int], mariadb: bool) -> OptionalMetadata:
     count = len(types)
-    numeric = [i for i, t in enumerate(types) if t in NUMERIC_TYPES]
+    # MariaDB gives YEAR a signedness bit too (its YEAR is an integer field); MySQL's is_numeric_type() leaves it out.
+    numeric_types = NUMERIC_TYPES | {MYSQL_TYPE_YEAR} if mariadb else NUMERIC_TYPES
+    numeric = [i for i, t in enumerate(types) if t in numeric_types]
     character_types = _CHARACTER_TYPES | {MYSQL_TYPE_GEOMETRY} if mariadb else _CHARACTER_TYPES
     character = [i for i, t in enumerate(types) if t in character_types]
     enum_set = [i for i, t in enumerate(types) if t in (MYSQL_TYPE_ENUM, MYSQL_TYPE_SET)]

@@ -170,6 +170,13 @@ GEOMETRIES = [
 
 CASES: dict[str, list[Column]] = {
     "integers": INTEGERS,
+    # MariaDB's SIGNEDNESS metadata has a bit for YEAR (MySQL's has none): every signedness after it depends on it.
+    "integers_after_a_year": [
+        Column("y", "YEAR", ["2024", "1901", "0"]),
+        Column("si", "SMALLINT", ["-1", "32767", "-32768"]),
+        Column("biu", "BIGINT UNSIGNED", ["18446744073709551615", "0", "9223372036854775808"]),
+        Column("ti", "TINYINT", ["-1", "-128", "127"]),
+    ],
     "decimals": DECIMALS,
     "floats": FLOATS,
     "temporals": TEMPORALS,
