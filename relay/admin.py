@@ -29,6 +29,7 @@ from relay.models import (
     ColumnChangeHistory,
     EventCount,
     Filter,
+    FilterStamp,
     FilterVersion,
     LagSample,
     PreparedTransaction,
@@ -437,6 +438,15 @@ class FilterVersionAdmin(ReadOnlyAdmin):
     """The number every filter write moves on; the worker reloads its filters when it moved."""
 
     list_display = ("id", "version")
+
+
+@admin.register(FilterStamp)
+class FilterStampAdmin(ReadOnlyAdmin):
+    """The version of each client's last filter write; the worker reloads the filters of the clients stamped past the
+    version it loaded."""
+
+    list_display = ("client_id", "version")
+    search_fields = ("client_id",)
 
 
 @admin.register(QueueState)

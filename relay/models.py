@@ -146,6 +146,18 @@ class FilterVersion(models.Model):
         return f"filter version {self.version}"
 
 
+class FilterStamp(models.Model):
+    """The filter version of a client's last filter write, written with it: the worker reloads the filters of the
+    clients stamped past the version it loaded, not every client's (relay/store/filters.py). No foreign key: the stamp
+    of a deleted client says its filters went."""
+
+    client_id = models.BigIntegerField(unique=True)
+    version = models.BigIntegerField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"client {self.client_id}: filters written at version {self.version}"
+
+
 class Snapshot(models.Model):
     """A client's request for the current rows of one table, and how far the worker has got.
 

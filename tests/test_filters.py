@@ -76,3 +76,42 @@ def test_wildcard_matching_is_linear_where_backtracking_is_exponential() -> None
     assert NamePattern("a*" * 100 + "!").matches("a" * 255) is False
     assert NamePattern("*a*b?c*").matches("xxaxxbyczz")
     assert NamePattern("**").matches("") and NamePattern("*?*").matches("q") and not NamePattern("*?*").matches("")
+
+
+def _random_filters(rng, clients: range, first_id: int, count: int) -> list[FilterSpec]:  # type: ignore[no-untyped-def]
+    names = ["shop", "crm", "s*", "*", "c?m", "orders", "people", "o*", "*s"]
+    return [
+        spec(first_id + n, rng.choice(clients), rng.randint(1, 7), rng.choice(names), rng.choice(names), n, n % 3)
+        for n in range(count)
+    ]
+
+
+def test_an_update_of_some_clients_answers_as_an_index_built_afresh(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Updated in place (the cached answers mended, or dropped when mending costs more), the index answers every
+    (schema, table, kind) as an index built from the same filters does."""
+    import random
+
+    from relay.worker import filterindex
+
+    keys = [
+        (schema, table, kind) for schema in ("shop", "crm", "x") for table in ("orders", "people") for kind in (1, 2, 4)
+    ]
+    for mend_limit in (filterindex._MEND_LIMIT, 0):
+        monkeypatch.setattr(filterindex, "_MEND_LIMIT", mend_limit)
+        rng = random.Random(mend_limit)
+        filters = _random_filters(rng, range(1, 9), 1, 40)
+        index = FilterIndex(filters)
+        next_id = 100
+        for _ in range(30):
+            for key in rng.sample(keys, 6):  # some answers cached before the update
+                index.match(*key)
+            changed = set(rng.sample(range(1, 11), rng.randint(1, 3)))  # clients 9 and 10 are new
+            added = [f for f in _random_filters(rng, range(1, 11), next_id, 12) if f.client_id in changed]
+            next_id += 12
+            kept = [f for f in filters if f.client_id in changed and rng.random() < 0.5]
+            filters = [f for f in filters if f.client_id not in changed] + kept + added
+            index.update(changed, [*kept, *added])
+            fresh = FilterIndex(filters)
+            assert len(index) == len(fresh)
+            for key in keys:
+                assert index.match(*key) == fresh.match(*key), key

@@ -145,7 +145,11 @@ def test_a_queue_run_is_the_runs_entries_one_at_a_time_would_make() -> None:
     assert bulk_queue.runs == single_queue.runs and bulk_queue.last == single_queue.last
 
 
-def test_routing_a_run_at_a_time_is_routing_each_change() -> None:
+@pytest.mark.parametrize("listed", [1000, 0], ids=["queues-by-id", "every-queue"])
+def test_routing_a_run_at_a_time_is_routing_each_change(listed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against a model of the original's rules, entry by entry; with the queues read by the routed clients' ids and
+    (past ``_LISTED_CLIENTS`` routed clients) every queue."""
+    monkeypatch.setattr("relay.worker.ingest._LISTED_CLIENTS", listed)
     """Limits, policies and several filters per client over mixed tables and kinds, against the per-change rule."""
     import random
 
@@ -250,6 +254,34 @@ def test_a_small_batch_is_three_statements_on_postgresql_and_sets_the_checkpoint
         assert ids_in_queue(client_id) == [str(i) for i in range(1, 21)]
 
 
+def test_a_batch_reads_the_queues_of_the_clients_it_routes_to_and_no_other() -> None:
+    """Clients whose filters a batch does not touch cost it nothing, however many there are: its read of the queues
+    names the clients it routes to."""
+    from django.db import connection
+
+    reads: list[tuple[str, list[int]]] = []
+
+    def note(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        if "acked_seq, q.last_seq" in sql:
+            reads.append((sql, list(params or [])))
+        return execute(sql, params, many, context)
+
+    shop = store.open_session("shop").client_id
+    store.add_filter(shop, 7, "shop", "orders")
+    idle = [store.open_session(f"idle-{n}").client_id for n in range(40)]
+    for client_id in idle:
+        store.add_filter(client_id, 7, "elsewhere", "*")
+    WorkerStatus.objects.get_or_create(source="src")
+    ingestor = Ingestor("src")
+    with connection.execute_wrapper(note):
+        for ids in (range(1, 6), range(6, 11)):
+            with transaction.atomic():
+                ingestor.apply(batch(ids))
+    assert reads and all(params == [shop] for _, params in reads), reads
+    assert ids_in_queue(shop) == [str(i) for i in range(1, 11)]
+    assert all(store.session_bounds(client_id).last_seq == 0 for client_id in idle)  # type: ignore[union-attr]
+
+
 def test_a_batch_notifies_the_clients_whose_queues_grew_by_name() -> None:
     """On PostgreSQL the batch's NOTIFY names the clients it queued for (their long-polls wake, no other); SQLite has
     no NOTIFY (the relay server watches the waiting clients' queues instead)."""
@@ -324,3 +356,47 @@ def test_a_client_deleted_between_the_parts_of_a_large_transaction_gets_nothing_
         ingestor.apply(batch(range(11, 21)), checkpoint=True, refresh_filters=False)
     assert ids_in_queue(bystander.client_id) == [str(i) for i in range(1, 21)]
     assert not QueueEntry.objects.filter(client_id=doomed.client_id).exists()
+
+
+def test_filters_are_reloaded_for_the_clients_that_wrote_them_and_answer_as_a_full_load() -> None:
+    """After each kind of filter write (ADDFILTER, an update of limit and policy, REMOVEFILTER, the admin's edit that
+    gives a filter to another client, a client's deletion, the version's row deleted by hand), the worker's index
+    answers as one loaded whole, and the filters of clients that wrote nothing are not read again."""
+    from relay.models import Client, FilterVersion
+    from relay.worker.ingest import load_filter_index
+
+    keys = [(schema, table, kind) for schema in ("shop", "crm") for table in ("orders", "people") for kind in (1, 2, 4)]
+    quiet, busy, other = (store.open_session(name).client_id for name in ("quiet", "busy", "other"))
+    for n in range(50):
+        store.add_filter(quiet, 7, "shop", f"t{n}")
+    store.add_filter(quiet, 7, "shop", "orders")
+    ingestor = Ingestor("src")
+    ingestor.refresh_filters()
+    quiet_filters = ingestor.index._clients[quiet]
+
+    def check() -> None:
+        assert ingestor.refresh_filters()
+        whole = load_filter_index()
+        assert len(ingestor.index) == len(whole)
+        for key in keys:
+            assert ingestor.index.match(*key) == whole.match(*key), key
+        assert ingestor.index._clients[quiet] is quiet_filters  # not read again
+
+    store.add_filter(busy, 1, "shop", "*")
+    check()
+    store.add_filter(busy, 1, "shop", "*", queue_limit=5, discard_policy=1)
+    check()
+    store.add_filter(other, 6, "*", "people")
+    assert store.remove_filter(busy, 1, "shop", "*")
+    check()
+    store.add_filter(busy, 7, "crm", "*")
+    check()
+    moved = Filter.objects.get(client_id=busy)
+    moved.client_id = other
+    moved.save()  # the admin's change form
+    check()
+    Client.objects.filter(id=other).delete()
+    check()
+    FilterVersion.objects.all().delete()
+    store.add_filter(busy, 2, "*", "orders")
+    check()

@@ -7,6 +7,10 @@ before it routes the batch, and reloads its filters when the version moved. The 
 the source committed it; so a change committed on the source after a filter write's reply was read after that write
 committed, and is routed by the new filters: nothing committed after ADDFILTER's reply is missed.
 
+**Reloaded per client.** Each write also stamps its client with the new version (:class:`~relay.models.FilterStamp`),
+so the worker reloads only the filters of the clients stamped past the version it loaded: one client rewriting its
+filters in a loop costs each batch its own filters, not everyone's.
+
 **Bounded.** Patterns and filters per client are capped (the limits below; clients in relay/store/sessions.py), each
 with an error that says which, so that one client cannot make matching or routing expensive for the others.
 """
@@ -16,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_save, pre_save
 
-from relay.models import DiscardPolicy, Filter, FilterVersion
+from relay.models import DiscardPolicy, Filter, FilterStamp, FilterVersion
 from relay.store.errors import StoreError
 from relay.store.sql import table
 
@@ -83,27 +87,49 @@ def filter_version() -> int:
     return 0 if row is None else int(row[0])
 
 
-def bump_filter_version() -> None:
-    """Moves the filter version on, in the caller's transaction.
+def bump_filter_version(client_id: int | None = None) -> None:
+    """Moves the filter version on, in the caller's transaction, and stamps ``client_id`` with it.
 
     One upsert, not an UPDATE and a create when it found no row (the row exists from the migration on, but a store
     flushed or edited by hand has none): two filter writes that both found no row would both create it, the second
     would find the first's row and leave it as it was, and the worker, having loaded the first write's filters at
-    that version, would never load the second's.
+    that version, would never load the second's. A row made again goes on past the newest stamp, so the version never
+    moves back behind a stamp the worker compares it with.
     """
-    name = table(FilterVersion)
+    name, stamps = table(FilterVersion), table(FilterStamp)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {name} (id, version) VALUES (1, 1)"
+            f"INSERT INTO {name} (id, version) VALUES (1, (SELECT COALESCE(MAX(version), 0) + 1 FROM {stamps}))"
             f" ON CONFLICT (id) DO UPDATE SET version = {name}.version + 1"
         )
+        if client_id is not None:
+            cursor.execute(
+                f"INSERT INTO {stamps} (client_id, version) VALUES (%s, ({filter_version_sql()}))"
+                " ON CONFLICT (client_id) DO UPDATE SET version = excluded.version",
+                [client_id],
+            )
 
 
-def _filter_written(sender: Any, **kwargs: Any) -> None:
-    bump_filter_version()
+def clients_stamped_after(version: int) -> list[int]:
+    """The clients whose filters were written since ``version`` (deleted ones included)."""
+    return list(FilterStamp.objects.filter(version__gt=version).values_list("client_id", flat=True))
+
+
+def _filter_written(sender: Any, instance: Filter, **kwargs: Any) -> None:
+    bump_filter_version(instance.client_id)
+
+
+def _filter_moving(sender: Any, instance: Filter, **kwargs: Any) -> None:
+    """A filter given to another client (the admin's change form): the client it leaves is stamped too."""
+    if instance.pk is None:
+        return
+    before = Filter.objects.filter(pk=instance.pk).values_list("client_id", flat=True).first()
+    if before is not None and before != instance.client_id:
+        bump_filter_version(before)
 
 
 # Signals rather than calls in each writer: the admin's forms, inlines and bulk deletes and the cascade of a client's
 # deletion all save or delete Filter rows through the ORM, and every one of them must move the version.
 post_save.connect(_filter_written, sender=Filter, dispatch_uid="relay.store.filters.saved")
 post_delete.connect(_filter_written, sender=Filter, dispatch_uid="relay.store.filters.deleted")
+pre_save.connect(_filter_moving, sender=Filter, dispatch_uid="relay.store.filters.moving")

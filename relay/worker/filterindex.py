@@ -36,14 +36,37 @@ class Subscription:
     filter_id: int = 0
 
 
+#: A client's filters, earliest first, each with its schema and table patterns.
+_ClientFilters = list[tuple[FilterSpec, NamePattern, NamePattern]]
+
+#: Past this many (cached answer, changed filter) pairs, an update drops the cached answers rather than mending them.
+_MEND_LIMIT = 200_000
+
+
 class FilterIndex:
     def __init__(self, filters: Iterable[FilterSpec], patterns: dict[str, NamePattern] | None = None) -> None:
-        # Earliest filter first: its limit and policy win when several of a client's filters match.
-        self._filters = sorted(filters, key=lambda spec: spec.filter_id)
         #: Each pattern once (an index loaded again takes the last one's: most filters are as they were).
         self.patterns: dict[str, NamePattern] = {} if patterns is None else patterns
-        self._patterns = [(self._pattern(spec.schema_name), self._pattern(spec.table_name)) for spec in self._filters]
+        self._clients: dict[int, _ClientFilters] = self._by_client(filters)
+        self._count = sum(len(specs) for specs in self._clients.values())
         self._cache: dict[tuple[str, str, int], tuple[Subscription, ...]] = {}
+
+    def _by_client(self, filters: Iterable[FilterSpec]) -> dict[int, _ClientFilters]:
+        # Earliest filter first: its limit and policy win when several of a client's filters match.
+        clients: dict[int, _ClientFilters] = {}
+        known = self.patterns.get  # most patterns are known already: a reload takes the last index's
+        for spec in sorted(filters, key=lambda spec: spec.filter_id):
+            entry = (
+                spec,
+                known(spec.schema_name) or self._pattern(spec.schema_name),
+                known(spec.table_name) or self._pattern(spec.table_name),
+            )
+            specs = clients.get(spec.client_id)
+            if specs is None:
+                clients[spec.client_id] = [entry]
+            else:
+                specs.append(entry)
+        return clients
 
     def _pattern(self, text: str) -> NamePattern:
         pattern = self.patterns.get(text)
@@ -54,7 +77,31 @@ class FilterIndex:
         return pattern
 
     def __len__(self) -> int:
-        return len(self._filters)
+        return self._count
+
+    def update(self, client_ids: Iterable[int], filters: Iterable[FilterSpec]) -> None:
+        """The clients of ``client_ids`` now have ``filters`` (theirs among them; none: they have none left); the
+        other clients' filters stay as they are, and so do their cached answers: an update costs the changed
+        clients' filters, not every client's."""
+        changed = set(client_ids)
+        fresh = self._by_client(spec for spec in filters if spec.client_id in changed)
+        for client_id in changed:
+            old = self._clients.pop(client_id, None)
+            if old is not None:
+                self._count -= len(old)
+        self._clients.update(fresh)
+        self._count += sum(len(specs) for specs in fresh.values())
+        if len(self._cache) * sum(len(specs) for specs in fresh.values()) > _MEND_LIMIT:
+            self._cache.clear()
+            return
+        for key, found in self._cache.items():
+            subscriptions = [sub for sub in found if sub.client_id not in changed]
+            for specs in fresh.values():
+                sub = _first_match(specs, *key)
+                if sub is not None:
+                    subscriptions.append(sub)
+            subscriptions.sort(key=lambda sub: sub.filter_id)
+            self._cache[key] = tuple(subscriptions)
 
     def match(self, schema: str, table: str, kind: int) -> tuple[Subscription, ...]:
         key = (schema, table, kind)
@@ -64,12 +111,19 @@ class FilterIndex:
         return found
 
     def _compute(self, schema: str, table: str, kind: int) -> tuple[Subscription, ...]:
-        chosen: dict[int, Subscription] = {}
-        for spec, (schema_pattern, table_pattern) in zip(self._filters, self._patterns, strict=True):
-            if spec.client_id in chosen or not spec.event_mask & kind:
-                continue
-            if schema_pattern.matches(schema) and table_pattern.matches(table):
-                chosen[spec.client_id] = Subscription(
-                    spec.client_id, spec.queue_limit, spec.discard_policy, spec.filter_id
-                )
-        return tuple(chosen.values())
+        """Each client's subscription, in the order of the filters that made them."""
+        subscriptions = []
+        for specs in self._clients.values():
+            sub = _first_match(specs, schema, table, kind)
+            if sub is not None:
+                subscriptions.append(sub)
+        subscriptions.sort(key=lambda sub: sub.filter_id)
+        return tuple(subscriptions)
+
+
+def _first_match(specs: _ClientFilters, schema: str, table: str, kind: int) -> Subscription | None:
+    """The subscription of the earliest of one client's filters that matches, if one does."""
+    for spec, schema_pattern, table_pattern in specs:
+        if spec.event_mask & kind and schema_pattern.matches(schema) and table_pattern.matches(table):
+            return Subscription(spec.client_id, spec.queue_limit, spec.discard_policy, spec.filter_id)
+    return None

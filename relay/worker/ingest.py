@@ -41,7 +41,7 @@ from relay.models import (
 )
 from relay.store import rowcodec
 from relay.store.channels import HEAD_CHANNEL, QUEUE_CHANNEL, queue_notice
-from relay.store.filters import filter_version, filter_version_sql
+from relay.store.filters import clients_stamped_after, filter_version, filter_version_sql
 from relay.store.schemahistory import StoreHistory
 from relay.store.sql import table
 from relay.worker import bulk
@@ -49,6 +49,9 @@ from relay.worker.filterindex import FilterIndex, FilterSpec, Subscription
 from relay.worker.usage import UsageTally
 
 log = logging.getLogger("relay.worker")
+
+#: Up to this many clients, a batch reads the queues of the clients it routes to by their ids; past it, every queue.
+_LISTED_CLIENTS = 1000
 
 
 @dataclass
@@ -104,14 +107,23 @@ class BatchResult:
     discarded: int
 
 
+_FILTER_FIELDS = ("id", "client_id", "event_mask", "schema_name", "table_name", "queue_limit", "discard_policy")
+
+#: Past this many clients with changed filters, a refresh loads every filter again rather than theirs.
+_RELOAD_ALL_CLIENTS = 500
+
+
 def load_filter_index(previous: FilterIndex | None = None) -> FilterIndex:
     """Every filter, as plain rows (20 clients of 1,000 filters each load in tens of milliseconds, not in half a
-    second as model instances: every client's batches wait for a reload), with the patterns of ``previous``."""
-    fields = ("id", "client_id", "event_mask", "schema_name", "table_name", "queue_limit", "discard_policy")
+    second as model instances), with the patterns of ``previous``."""
     return FilterIndex(
-        (FilterSpec(*row) for row in Filter.objects.values_list(*fields)),
+        (FilterSpec(*row) for row in Filter.objects.values_list(*_FILTER_FIELDS)),
         patterns=None if previous is None else previous.patterns,
     )
+
+
+def load_client_filters(client_ids: Sequence[int]) -> list[FilterSpec]:
+    return [FilterSpec(*row) for row in Filter.objects.filter(client_id__in=client_ids).values_list(*_FILTER_FIELDS)]
 
 
 class Ingestor:
@@ -127,16 +139,24 @@ class Ingestor:
         self.clock_offset = 0
 
     def refresh_filters(self) -> bool:
-        """Reloads the filter index if a filter was written since it was loaded; True if it was.
+        """Reloads the filters written since they were loaded, if any were; True if some were.
 
         Called inside the batch's transaction, before routing: that read sees every filter write committed before
         the batch's changes were read from the source (relay/store/filters.py explains why that makes the
-        subscription point exact).
+        subscription point exact). Only the clients stamped past the loaded version have their filters read again,
+        so one client rewriting its filters costs every batch its own filters, not all of them.
         """
         version = filter_version()
         if version == self.filter_version:
             return False
-        self.index = load_filter_index(self.index)
+        if self.filter_version is None or version < self.filter_version:  # the first load, or a store made again
+            self.index = load_filter_index(self.index)
+        else:
+            changed = clients_stamped_after(self.filter_version)
+            if len(changed) > _RELOAD_ALL_CLIENTS:
+                self.index = load_filter_index(self.index)
+            else:
+                self.index.update(changed, load_client_filters(changed))
         self.filter_version = version
         return True
 
@@ -155,53 +175,18 @@ class Ingestor:
         position; a ``bulk.Added`` number adds to its field), written by the batch's one status update.
         """
         changes = [change for tx in transactions for change in tx.changes]
-        queues = self._queues_for(changes, refresh_filters)
+        runs, queues = self._routing_for(changes, refresh_filters)
         stored: list[int] = []  # indexes into ``changes`` of the changes some queue keeps
         by_filter: Counter[int] = Counter()  # entries dropped, by the filter whose limit and policy dropped them
         usage = UsageTally(self.clock_offset)
-        match = self.index.match
-        # Routed a run at a time: consecutive changes of one table and kind have the same subscriptions, so each
-        # client takes a prefix of the run (all of it, or what its limit leaves room for under ignore-newest) as one
-        # queue run, and the kept changes are the longest prefix any client took: what routing the changes one at a
-        # time gives, at a cost per run and client instead of per change and client.
-        total = len(changes)
-        start = 0
-        while start < total:
+        for start, stop, subscriptions in runs:
             first = changes[start]
-            schema, table, kind = first.schema, first.table, first.kind
-            stop = start + 1
-            while stop < total:
-                change = changes[stop]
-                if change.kind != kind or change.table != table or change.schema != schema:
-                    break
-                stop += 1
-            if kind in SNAPSHOT_KINDS:
-                # A snapshot's rows go to the client that asked for them alone, under its filter's limit and policy.
-                client_id: int = getattr(first, "client_id", 0)  # a SnapshotRow (relay/worker/snapshots.py)
-                stop = start + 1
-                while stop < total:
-                    change = changes[stop]
-                    if (
-                        change.kind != kind
-                        or getattr(change, "client_id", 0) != client_id
-                        or (change.table, change.schema)
-                        != (
-                            table,
-                            schema,
-                        )
-                    ):
-                        break
-                    stop += 1
-                subscriptions = self._snapshot_subscriptions(client_id, schema, table)
-            else:
-                usage.add_many(schema, table, kind, [change.timestamp for change in changes[start:stop]])
-                subscriptions = match(schema, table, kind)
-            count = stop - start
+            if first.kind not in SNAPSHOT_KINDS:
+                usage.add_many(first.schema, first.table, first.kind, [c.timestamp for c in changes[start:stop]])
             if subscriptions:
-                kept = self._route_run(subscriptions, queues, len(stored), count, by_filter)
+                kept = self._route_run(subscriptions, queues, len(stored), stop - start, by_filter)
                 if kept:
                     stored.extend(range(start, start + kept))
-            start = stop
 
         # The batch's small writes go together at its end (one round trip on PostgreSQL): its latency is mostly
         # round trips when the batch is small.
@@ -285,45 +270,94 @@ class Ingestor:
                     queue.max_queue = queue.last - queue.acked
         return kept
 
-    def _snapshot_subscriptions(self, client_id: int, schema: str, table: str) -> tuple[Subscription, ...]:
-        """The subscription of ``client_id`` that inserts of the table would get; none when its filters no longer
-        cover the table (the snapshot's rows then go nowhere, as the table's changes do)."""
-        return tuple(sub for sub in self.index.match(schema, table, KIND_INSERT) if sub.client_id == client_id)
+    def _runs(self, changes: Sequence[Any]) -> list[tuple[int, int, tuple[Subscription, ...]]]:
+        """The batch's changes as runs [start, stop) with the subscriptions each run goes to.
 
-    def _queues_for(self, changes: Sequence[object], refresh_filters: bool) -> dict[int, _Queue]:
-        """Every client's queue as the batch starts, after refreshing the filters if ``refresh_filters``.
+        Consecutive changes of one table and kind have the same subscriptions, so each client takes a prefix of the
+        run (all of it, or what its limit leaves room for under ignore-newest) as one queue run, and the kept changes
+        are the longest prefix any client took: what routing the changes one at a time gives, at a cost per run and
+        client instead of per change and client.
+        """
+        match = self.index.match
+        runs = []
+        total = len(changes)
+        start = 0
+        while start < total:
+            first = changes[start]
+            schema, table, kind = first.schema, first.table, first.kind
+            stop = start + 1
+            if kind in SNAPSHOT_KINDS:
+                # A snapshot's rows go to the client that asked for them alone, under its filter's limit and policy;
+                # none when its filters no longer cover the table (as the table's changes then go nowhere).
+                client_id: int = getattr(first, "client_id", 0)  # a SnapshotRow (relay/worker/snapshots.py)
+                while stop < total:
+                    change = changes[stop]
+                    if (
+                        change.kind != kind
+                        or getattr(change, "client_id", 0) != client_id
+                        or change.table != table
+                        or change.schema != schema
+                    ):
+                        break
+                    stop += 1
+                subscriptions = tuple(sub for sub in match(schema, table, KIND_INSERT) if sub.client_id == client_id)
+            else:
+                while stop < total:
+                    change = changes[stop]
+                    if change.kind != kind or change.table != table or change.schema != schema:
+                        break
+                    stop += 1
+                subscriptions = match(schema, table, kind)
+            runs.append((start, stop, subscriptions))
+            start = stop
+        return runs
 
-        While filters are loaded, the version check rides in the read of the queues (one statement). When it finds
-        the filters changed, they are reloaded and the queues read again after them: a client the new filters name
-        then has its queue in the read.
+    def _routing_for(
+        self, changes: Sequence[Any], refresh_filters: bool
+    ) -> tuple[list[tuple[int, int, tuple[Subscription, ...]]], dict[int, _Queue]]:
+        """The batch's runs and the queues of the clients they go to, as the batch starts, after refreshing the
+        filters if ``refresh_filters``.
+
+        Only those clients' queues are read: clients whose filters the batch does not touch (however many) cost it
+        nothing. While filters are loaded, the version check rides in that read (one statement). When it finds the
+        filters changed, they are reloaded, the runs routed again and the queues read again after them: a client the
+        new filters name then has its queue in the read.
         """
         if changes and len(self.index):
-            version, queues = self._read_queues()
+            runs = self._runs(changes)
+            version, queues = self._read_queues(_clients_of(runs))
             if not refresh_filters or version == self.filter_version:
-                return queues
+                return runs, queues
         if refresh_filters:
             self._log_refresh(self.refresh_filters())
+        runs = self._runs(changes)
         if not changes or not len(self.index):
-            return {}
-        return self._read_queues()[1]
+            return runs, {}
+        return runs, self._read_queues(_clients_of(runs))[1]
 
     def _log_refresh(self, changed: bool) -> None:
         if changed:
             log.info("filters changed: %d filters loaded (version %s)", len(self.index), self.filter_version)
 
     @staticmethod
-    def _read_queues() -> tuple[int, dict[int, _Queue]]:
-        """(the filter version, every client's queue) in one statement."""
+    def _read_queues(client_ids: Sequence[int]) -> tuple[int, dict[int, _Queue]]:
+        """(the filter version, the queues of ``client_ids`` that still exist) in one statement."""
+        if len(client_ids) <= _LISTED_CLIENTS:
+            chosen, params = "c.id IN (NULL" + ", %s" * len(client_ids) + ")", list(client_ids)
+        else:  # read them all rather than send thousands of parameters (a broad batch of a large installation)
+            chosen, params = "1 = 1", []
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT ({filter_version_sql()}), c.id, c.acked_seq, q.last_seq, q.max_queue FROM (SELECT 1) AS one"
-                f" LEFT JOIN {table(Client)} c ON 1 = 1 LEFT JOIN {table(QueueState)} q ON q.client_id = c.id"
-                " ORDER BY c.id"
+                f" LEFT JOIN {table(Client)} c ON {chosen} LEFT JOIN {table(QueueState)} q ON q.client_id = c.id"
+                " ORDER BY c.id",
+                params,
             )
             rows = cursor.fetchall()
+        wanted = set(client_ids)
         queues: dict[int, _Queue] = {}
         for _version, client_id, acked_seq, last_seq, max_queue in rows:
-            if client_id is None:  # no client: the one row the version came in
+            if client_id is None or client_id not in wanted:  # the version's row when no client is read
                 continue
             if last_seq is None:  # no state yet (a client made before states were, or by hand)
                 # Ignoring a conflict: an AUTH committing the client's state meanwhile must not stop the worker.
@@ -487,6 +521,10 @@ CHANGE_COLUMNS = (
     "gtid",
     "data",
 )
+
+
+def _clients_of(runs: Sequence[tuple[int, int, tuple[Subscription, ...]]]) -> list[int]:
+    return sorted({sub.client_id for _, _, subscriptions in runs for sub in subscriptions})
 
 
 def insert_change_rows(rows: Sequence[tuple]) -> None:
