@@ -373,9 +373,17 @@ class RelayClient:
         return decode_snapshot_reply(payload)
 
     def events(
-        self, batch: int = 500, wait_ms: int = 1000, manual_ack: bool = True, *, stop_when_idle: bool = False
+        self,
+        batch: int = 500,
+        wait_ms: int = 1000,
+        manual_ack: bool = True,
+        *,
+        stop_when_idle: bool = False,
+        limit: int = 0,
     ) -> Iterator[Event]:
-        """Every event, forever (or until a fetch comes back empty, with ``stop_when_idle``).
+        """Every event, forever (or until a fetch comes back empty, with ``stop_when_idle``; or ``limit`` events, when
+        it is set: no fetch then asks for more than are still wanted, so that without manual ack, where the relay
+        takes a batch from the queue as it sends it, no event is taken that the caller will not be given).
 
         In manual-ack mode a batch is acknowledged when the caller asks for the event after its last one (the
         acknowledgement rides on the next FETCH), so an event the caller has not finished with is never
@@ -385,11 +393,13 @@ class RelayClient:
         """
         last_seq = 0
         acked = 0
+        given = 0
         owner = self.client_id
-        while True:
+        while not limit or given < limit:
             ack_upto = last_seq if manual_ack and last_seq > acked else 0
+            wanted = batch if not limit else min(batch, limit - given)
             try:
-                events = self.fetch(batch, wait_ms, manual_ack=manual_ack, ack_upto=ack_upto)
+                events = self.fetch(wanted, wait_ms, manual_ack=manual_ack, ack_upto=ack_upto)
             except ClientReset as reset:
                 log.warning("relay %s:%d: %s", self.host, self.port, reset)
                 owner, last_seq, acked = self.client_id, 0, 0
@@ -415,4 +425,5 @@ class RelayClient:
                 if event.seq <= last_seq:
                     continue
                 last_seq = event.seq
+                given += 1
                 yield event

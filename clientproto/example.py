@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for (schema, table), item in zip(args.snapshots, client.snapshot(args.snapshots), strict=True):
                 print(f"snapshot #{item.snapshot_id} of {schema}.{table}: {item.state_name}", file=sys.stderr)
         for event in client.events(
-            args.batch, args.wait_ms, manual_ack=args.manual_ack, stop_when_idle=args.until_idle
+            args.batch, args.wait_ms, manual_ack=args.manual_ack, stop_when_idle=args.until_idle, limit=args.count
         ):
             sys.stdout.write(event.to_json() + "\n")
             sys.stdout.flush()

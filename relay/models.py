@@ -70,7 +70,7 @@ class RelayProcess(models.Model):
 class Client(models.Model):
     """A relay client, known by its name; its id is the protocol's ClientID, stable for ever."""
 
-    name = models.CharField(max_length=255, unique=True)
+    name = models.CharField(max_length=1024, unique=True)  # the protocol's ClientName: 1024 bytes at most
     token = models.BigIntegerField(default=0, help_text="ClientToken of the current session")
     created = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)

@@ -530,6 +530,18 @@ def test_example_count_acknowledges_what_it_printed(relay: FakeRelay, capsys: py
     assert [e.seq for e in relay.queues["example"].entries] == [3]
 
 
+def test_example_count_without_manual_ack_takes_no_more_than_it_prints(
+    relay: FakeRelay, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without manual ack the relay takes a batch from the queue as it sends it: a fetch of 500 for a count of 2
+    would lose the rest of the batch. No fetch asks for more than the events still wanted."""
+    relay.push("example", 5)
+    argv = ["--port", str(relay.port), "--secret", SECRET, "--name", "example", "--count", "2", "--batch", "500"]
+    assert example_module.main(argv) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert [e.seq for e in relay.queues["example"].entries] == [3, 4, 5]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

@@ -217,8 +217,8 @@ def test_malformed_and_truncated_payloads_get_0xfa_with_a_message(relay: ServerT
     assert result == Result.MALFORMED and payload.startswith(b"AUTH: ")
     result, payload = client.request(Command.FETCH, encode_fetch(0, 0))
     assert result == Result.MALFORMED and b"MaxEvents 0" in payload
-    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), "x" * 300), client_id=0, token=0)
-    assert result == Result.MALFORMED and b"limit is 255" in payload
+    result, payload = client.request(Command.AUTH, encode_auth(server_key(SECRET), "é" * 513), client_id=0, token=0)
+    assert result == Result.MALFORMED and b"ClientNameSize 1027" in payload  # 1026 bytes and its NUL: too long
     # A NUL inside a name (which no store keeps as it is) is refused like any malformed field; the session goes on.
     for command, payload in (
         (Command.ADDFILTER, encode_addfilter(1, "sh\x00op", "orders")),
@@ -423,6 +423,26 @@ def test_poll_delivers_one_event_per_reply_and_removes_exactly_it(relay: ServerT
     assert client.reply() == expected
     wait_for(lambda: Client.objects.get(id=client.client_id).served == 5)
     wait_for(lambda: ServedEvent.objects.filter(client_id=client.client_id).count() == 5)
+
+
+def test_poll_queue_size_counts_the_entries_queued_while_the_session_held_a_read_ahead(relay: ServerThread) -> None:
+    """QueueSize is what is left after this entry (the original's rule): entries queued after the session read its
+    queue ahead are counted once the client polls again, however the reply is served."""
+    from relay.server.queues import BOUNDS_FRESH
+
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": "1"}, {"id": "2"}])
+    result, payload = client.request(Command.POLL)
+    assert result == Result.OK and decode_poll_reply(payload).queue_size == 1
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 1)  # the write-behind: bounds read
+    enqueue(client.client_id, [{"id": "3"}, {"id": "4"}, {"id": "5"}])
+    time.sleep(0.1 + BOUNDS_FRESH)
+    sizes = []
+    for _ in range(4):
+        result, payload = client.request(Command.POLL)
+        assert result == Result.OK
+        sizes.append(decode_poll_reply(payload).queue_size)
+    assert sizes == [3, 2, 1, 0]
 
 
 def test_pollv2_carries_the_instance_id_and_zero_name_ids(relay: ServerThread) -> None:

@@ -20,8 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from clientproto import MAX_UNAUTHENTICATED_PAYLOAD, Command, RelayClient, Result, encode_auth, server_key
+from clientproto import (
+    MAX_UNAUTHENTICATED_PAYLOAD,
+    Command,
+    RelayClient,
+    Result,
+    encode_auth,
+    encode_request,
+    server_key,
+)
 from devtools.wait import wait_for
+from relay.models import Client
 from relay.server import server as server_module
 from relay.server.connection import MAX_UNAUTHENTICATED_REQUESTS, TURN_REQUESTS
 from tests.helpers.processes import TEST_SECRET, RelayProcess, start_relay
@@ -60,24 +69,37 @@ def test_before_auth_a_payload_is_at_most_a_few_kib(limited: ServerThread) -> No
     assert client.closed_by_peer()
     # The largest AUTH fits, and is answered on a connection that stays open.
     client = limited.connect()
-    result, _ = client.request(Command.AUTH, encode_auth(server_key(SECRET), "n" * 1000))
-    assert result == Result.MALFORMED  # a name over the store's 255 characters: refused, but read
+    result, _ = client.request(Command.AUTH, encode_auth(server_key(SECRET), "n" * 1024))
+    assert result == Result.OK  # the protocol's longest name (1024 bytes), stored as it is
+    assert Client.objects.filter(name="n" * 1024).exists()
     assert client.request(Command.PING) == (Result.OK, b"PONG\x00")
 
 
 def test_requests_pipelined_before_auth_end_the_connection_after_a_few(limited: ServerThread) -> None:
     client = limited.connect()
-    client.send(PING * 1000)  # sent ahead without reading a reply: the server must not spend itself on them
+    refused = encode_request(Command.AUTH, encode_auth(server_key(SECRET) ^ 1, "guess"))
+    client.send(refused * 1000)  # sent ahead without reading a reply: the server must not spend itself on them
     answered = 0
     with contextlib.suppress(ConnectionError):
-        while client.reply() == PONG:
+        while client.reply()[0] == Result.AUTH_FAILED:
             answered += 1
-    assert answered == MAX_UNAUTHENTICATED_REQUESTS
+    assert answered <= MAX_UNAUTHENTICATED_REQUESTS  # the close may come before the last of them are answered
     assert client.closed_by_peer()
     # After AUTH, requests are not counted.
     good = authed(limited, "pipelining")
     for _ in range(3 * MAX_UNAUTHENTICATED_REQUESTS):
         assert good.request(Command.PING) == (Result.OK, b"PONG\x00")
+
+
+def test_pings_before_auth_are_answered_every_time(limited: ServerThread) -> None:
+    """The original answers PING without AUTH, and a health check may ping a relay over one connection: PINGs are
+    not counted among the requests a connection may send without a session (the AUTH deadline still bounds it)."""
+    client = limited.connect()
+    for _ in range(3 * MAX_UNAUTHENTICATED_REQUESTS):
+        client.send(PING)
+        assert client.reply() == PONG
+    client.send(PING * 200)
+    assert all(client.reply() == PONG for _ in range(200))
 
 
 def test_a_connection_must_authenticate_within_the_deadline(limited: ServerThread) -> None:

@@ -66,11 +66,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("relay.server")
 
-#: Longest name the store keeps (Client.name, Filter.schema_name/table_name).
+#: Longest filter name the store keeps (Filter.schema_name/table_name).
 MAX_STORED_NAME = 255
+#: Longest client name the store keeps (Client.name): the protocol's 1024 bytes of a name (PROTOCOL.md section 7).
+MAX_CLIENT_NAME = 1024
 
-#: Requests a connection may send without a session (PING, AUTH and their retries): a client pipelining requests
-#: before AUTH is closed after this many, so it cannot keep the server busy answering them.
+#: Requests other than PING a connection may send without a session (AUTH and its retries): a client pipelining
+#: them before AUTH is closed after this many, so it cannot keep the server busy. PINGs are not counted: the original
+#: answers them without AUTH, and a health check may ping for as long as the AUTH deadline lets it.
 MAX_UNAUTHENTICATED_REQUESTS = 16
 
 # What a connection is doing, for the timeout sweeper.
@@ -94,7 +97,8 @@ _MASK32 = 0xFFFFFFFF
 #: Commands whose payload the protocol ignores. The original read such payloads whatever their size, and its PHP
 #: client's POLL carries the previous reply as its payload (it never clears it): a session's payload of these, of any
 #: size, is summed for the checksum as it streams in and dropped, never kept.
-_PAYLOAD_IGNORED = frozenset((_POLL, _POLLV2, int(Command.PING)))
+_PING = int(Command.PING)
+_PAYLOAD_IGNORED = frozenset((_POLL, _POLLV2, _PING))
 
 
 class _IgnoredPayload:
@@ -325,7 +329,7 @@ class Connection(asyncio.Protocol):
             if self.silent:
                 self.silent = False
                 self.server.spoke(self)
-            if session is None:
+            if session is None and command != _PING:
                 self.unauthenticated_requests += 1
                 if self.unauthenticated_requests > MAX_UNAUTHENTICATED_REQUESTS:
                     self.server.limit_log.note(
@@ -554,9 +558,9 @@ class Connection(asyncio.Protocol):
         if request.key not in self.server.keys or not request.name:
             log.info("connection %s: AUTH refused for %r", self.peer, request.name)
             return auth_failed_reply(request.key)
-        if len(request.name) > MAX_STORED_NAME:
+        if len(request.name) > MAX_CLIENT_NAME:
             return message_reply(
-                Result.MALFORMED, f"AUTH: ClientName is {len(request.name)} characters, the limit is {MAX_STORED_NAME}"
+                Result.MALFORMED, f"AUTH: ClientName is {len(request.name)} characters, the limit is {MAX_CLIENT_NAME}"
             )
         async with self.server.auth_lock(request.name):
             self.authenticating = True

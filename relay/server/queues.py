@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,11 @@ READ_AHEAD = 128
 POLL_READ_BYTES = 1 << 20
 #: Deliveries are written at most this long after the reply that made them (plus one store round trip).
 SYNC_DELAY = 0.005
+#: A POLL reply's QueueSize counts the entries queued up to the session's last read of its queue's bounds; past this
+#: age (seconds) the bounds are read again before a reply is served from the read-ahead. A client polling steadily
+#: keeps them fresher than this through its write-behind; one that polls after a pause gets the entries queued
+#: meanwhile counted.
+BOUNDS_FRESH = 0.05
 _RETRY_DELAY = 0.5
 
 
@@ -205,8 +211,9 @@ class SessionQueue:
     acked: int = 0
     #: Manual-ack cursor: everything up to here was sent in this session. A new session starts at the head.
     delivered: int = 0
-    #: Newest seq of the queue as last seen.
+    #: Newest seq of the queue as last seen, and when (time.monotonic()).
     last: int = 0
+    _bounds_read: float = 0.0
     stale: bool = False
     _served: int = 0
     _dirty: bool = False
@@ -254,6 +261,7 @@ class SessionQueue:
                     self._ahead_markers -= 1
         self.delivered = max(self.delivered, self.acked)
         self.last = max(bounds.last_seq, self.acked)
+        self._bounds_read = time.monotonic()
 
     async def _call(self, function: Callable[..., T], *args: object) -> T:
         """A store call of this session, which first writes what is pending."""
@@ -408,6 +416,9 @@ class SessionQueue:
             delivery = self.take(v2)
             if delivery is not None:
                 return delivery
+            if self._ahead and not self._bounds_fresh():  # the read-ahead stands, QueueSize needs the bounds
+                self._apply(await self._call(_sync))
+                continue
             writing = self._writing
             if writing is not None and not writing.done():
                 # The write-behind in flight may be topping the read-ahead up: its entries come first.
@@ -423,12 +434,15 @@ class SessionQueue:
             if not self._ahead:
                 return None
 
+    def _bounds_fresh(self) -> bool:
+        return time.monotonic() - self._bounds_read < BOUNDS_FRESH
+
     def take(self, v2: bool) -> Delivery | None:
         """The head of the read-ahead as a POLL (or POLLV2) reply, without a store call; None when the read-ahead
         has no entry to send (empty, only snapshot markers, or the session is stale): :meth:`poll` then asks the
         store. Snapshot markers before the entry are passed over, the head moved past them."""
         ahead = self._ahead
-        if self.stale:
+        if self.stale or not self._bounds_fresh():
             return None
         self._poll_v2 = v2
         while ahead:
