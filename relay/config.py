@@ -259,6 +259,10 @@ def _server_id(name: str, value: str) -> int:
 def _database_url(name: str, value: str) -> str:
     if not (value.startswith(("postgres://", "postgresql://", "sqlite:///"))):
         raise ConfigError(f"{name}: {value!r} must start with postgres://, postgresql:// or sqlite:///")
+    try:
+        database_settings(value)  # read whole now: a bad port or host is named with its key, not met later
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
     return value
 
 
@@ -430,6 +434,9 @@ def require_auth_secret(config: RelayConfig) -> str:
     return config.auth_secret
 
 
+_ENCODE_HINT = "; a user or password with # / ? @ : or % in it is written percent-encoded (# as %23, @ as %40)"
+
+
 def database_settings(url: str) -> dict[str, Any]:
     """Django's DATABASES['default'] for a ``postgres://`` or ``sqlite:///`` URL."""
     from urllib.parse import parse_qs, unquote, urlsplit
@@ -449,9 +456,15 @@ def database_settings(url: str) -> dict[str, Any]:
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
         }
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # a port that is no number or out of range, a broken [IPv6] host
+        raise ConfigError(f"the database URL cannot be read: {exc}{_ENCODE_HINT}") from None
     if parts.scheme not in ("postgres", "postgresql"):
         raise ConfigError(f"DATABASE_URL: unsupported scheme {parts.scheme!r}")
+    if parts.fragment:
+        raise ConfigError(f"the database URL has a '#' (what follows it is not read){_ENCODE_HINT}")
     options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
     # libpq waits for ever for a server that accepts and never answers (frozen): the health check, a worker and a
     # relay would hang on connecting instead of saying the store does not answer. The URL may set its own.
@@ -462,7 +475,7 @@ def database_settings(url: str) -> dict[str, Any]:
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
+        "PORT": str(port or ""),
         "OPTIONS": options,
         "CONN_MAX_AGE": 60,
     }

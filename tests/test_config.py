@@ -180,6 +180,28 @@ def test_bad_config_stops_manage_py_with_one_line(tmp_path: Path) -> None:
     assert result.stderr.strip() == "configuration error: [Server] ServerPort: 'x' is not a whole number"
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgres://u@127.0.0.1:notaport/db", "Port could not be cast"),
+        ("postgres://u@127.0.0.1:99999/db", "Port out of range"),
+        ("postgres://u:p#ss@h/db", "percent-encoded (# as %23"),
+        ("postgres://u@[::1:5432/db", "Invalid IPv6 URL"),
+    ],
+)
+def test_a_database_url_that_cannot_be_read_stops_manage_py_with_one_line(url: str, says: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DATABASE_URL": url, "RELAY_CONFIG": os.devnull}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("configuration error: DATABASE_URL: the database URL cannot be read") and says in line
+
+
 def test_replica_server_ids_of_the_binlog_tools_are_refused(tmp_path: Path) -> None:
     from binlog.cli import TOOL_SERVER_IDS, tool_server_id
 
