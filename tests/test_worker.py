@@ -795,3 +795,49 @@ def test_a_large_transaction_is_applied_whole_across_kills(fresh_schema: tuple[M
     logged = [json.loads(line)["after"]["id"] for path in sorted(logs.glob("*.jsonl")) for line in path.open()]
     assert logged == [str(i) for i in range(1, 30_001)]
     assert [path.name for path in logs.iterdir() if not path.name.endswith(".jsonl")] == []  # no spool left
+
+
+def test_a_batch_the_store_refuses_for_good_stops_the_worker_with_one_line_and_a_failed_state(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """A store error no wait fixes (here a trigger's refusal; a constraint or a value the store cannot take alike)
+    ends the worker with one ERROR line, and its stored state says failed with the error: the dashboard, /metrics and
+    /healthz do not go on showing a dead worker as connected. Nothing after the checkpoint was applied."""
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.poison (id INT PRIMARY KEY)")
+    subscribe("c", 1, schema, "poison")
+    refusal = "this row cannot be stored"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.table_name = "
+                f"'poison' THEN RAISE EXCEPTION '{refusal}'; END IF; RETURN NEW; END $$"
+            )
+            cursor.execute(
+                "CREATE TRIGGER refuse_poison BEFORE INSERT ON relay_change FOR EACH ROW"
+                " EXECUTE FUNCTION refuse_poison()"
+            )
+        else:
+            cursor.execute(
+                "CREATE TRIGGER refuse_poison BEFORE INSERT ON relay_change WHEN NEW.table_name = 'poison'"
+                f" BEGIN SELECT RAISE(ABORT, '{refusal}'); END"
+            )
+    worker = start_worker(server, server.binlog_position())
+    try:
+        wait_for(lambda: WorkerStatus.objects.filter(state=WorkerStatus.State.CONNECTED).exists(), 30)
+        checkpoint = Checkpoint.objects.get().binlog_pos
+        server.execute(f"INSERT INTO `{schema}`.poison VALUES (1)")
+        wait_for(lambda: not worker.alive(), 30, message="the worker stops")
+        assert worker.process.returncode == 1
+        assert "Traceback" not in worker.output, worker.output[-3000:]
+        assert [line for line in worker.output.splitlines() if " ERROR " in line and refusal in line]
+        status = WorkerStatus.objects.get()
+        assert status.state == WorkerStatus.State.FAILED and refusal in status.last_error
+        assert Checkpoint.objects.get().binlog_pos == checkpoint and not Change.objects.exists()
+    finally:
+        worker.kill()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER IF EXISTS refuse_poison"
+                + (" ON relay_change" if connection.vendor == "postgresql" else "")
+            )

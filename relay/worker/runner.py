@@ -288,10 +288,10 @@ class Worker:
                     return self._run_active(should_stop, lock)
                 finally:
                     lock.release()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every failure ends in a stored state (_stopped_by)
                 deleted = isinstance(exc, IntegrityError) and _client_deleted_under_batch(exc)
                 if not deleted and not _store_failed(exc):
-                    raise
+                    return self._stopped_by(exc)
                 # The batch's transaction rolled back whole, the checkpoint is before it: start over from the
                 # checkpoint (as a standby first if another worker took the lock meanwhile), once the store is back.
                 # A client deleted under the batch: written again, it finds the client gone with its filters, and
@@ -314,6 +314,21 @@ class Worker:
                 )
                 if self._pause(delay, should_stop):
                     return EXIT_OK
+
+    def _stopped_by(self, exc: Exception) -> int:
+        """A failure no wait can fix (the store refusing a batch for good: a constraint, a trigger, a value it cannot
+        take; or a fault of the worker's own): one ERROR line, and the stored state says failed, with the error, so
+        that the dashboard, /metrics and /healthz do not show the last state of a process that is gone. The batch's
+        transaction rolled back whole: nothing after the checkpoint was applied."""
+        log.debug("the failure, in full:", exc_info=exc)
+        with contextlib.suppress(Exception):  # the failed batch's connection may be unusable
+            connection.close()
+        message = f"stopping: {type(exc).__name__}: {first_line(exc)}; nothing after the checkpoint was applied"
+        try:
+            return self._failed(message)
+        except Exception as status_error:  # noqa: BLE001 - the store refusing this too: the log says both
+            log.error("%s (the failed state could not be stored: %s)", message, first_line(status_error))
+            return EXIT_FAILED
 
     def _pause(self, seconds: float, should_stop: Callable[[], bool]) -> bool:
         """Sleeps ``seconds``; True when a stop was asked for meanwhile."""
