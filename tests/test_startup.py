@@ -194,11 +194,18 @@ def test_a_refused_user_or_privilege_stops_the_worker_with_one_line(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_unreachable_source_is_retried_with_a_line_per_attempt() -> None:
+@pytest.mark.parametrize(
+    "start", [(), ("--from", "binlog.000001:4"), ("--from-gtid", "0-1-1")], ids=["checkpoint", "file", "gtid"]
+)
+def test_an_unreachable_source_is_retried_with_a_line_per_attempt(start: tuple[str, ...]) -> None:
+    """Also on a first start at a given position: that position is stored as the checkpoint before the schema
+    history's first baseline reads the source, so that read must wait the outage out too (a failure there would meet
+    every later start again)."""
     port = free_tcp_port()  # nothing listens there
     env = relay_env(None, RELAY_SERVER_IPADDR="127.0.0.1", RELAY_SERVER_SOURCEPORT=str(port), RELAY_SERVER_LOGIN="repl")
-    worker = RelayProcess(env, "runbinlog").start()
-    wait_for(lambda: worker.output.count("unreachable") >= 3, 30, message="three attempts")
+    worker = RelayProcess(env, "runbinlog", *start).start()
+    wait_for(lambda: worker.output.count("unreachable") >= 3 or not worker.alive(), 30, message="three attempts")
+    assert worker.alive(), worker.output[-3000:]
     status = wait_for(lambda: WorkerStatus.objects.filter(state="reconnecting").first(), 10)
     assert str(port) in status.last_error
     attempts = [line for line in worker.output.splitlines() if "unreachable" in line]

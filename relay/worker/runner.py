@@ -196,6 +196,14 @@ _INSIDE_A_TRANSACTION = (
 LOCK_NOT_AVAILABLE = "55P03"
 
 
+def _with_connection(settings: SourceSettings, use: Callable[[ReplicationConnection], _T]) -> _T:
+    conn = ReplicationConnection(settings)
+    try:
+        return use(conn)
+    finally:
+        conn.close()
+
+
 def _say_cascades(connect_args: dict[str, Any]) -> None:
     """Names, at every start, the source's foreign keys whose changes the binlog does not hold (CASCADE, SET NULL):
     what they change reaches no client."""
@@ -404,17 +412,23 @@ class Worker:
         except BinlogError as exc:  # e.g. the source has no binary log: a set-up problem no retry fixes
             return self._failed(f"cannot start: {exc}")
         if start is None:  # stopped while waiting for the source
-            self._set_status(WorkerStatus.State.STOPPED)
-            log.info("stopped cleanly")
-            return EXIT_OK
+            return self._stopped_cleanly()
         log.info("starting at %s", start)
         ingestor = Ingestor(self.source)
         self._measure_source_clock(ingestor)
         settings = source_settings(self.config)
-        # Column names of their own time: the schema history follows the stream's DDL (relay/store/schemahistory.py)
-        ingestor.history = open_history(
-            self.source, settings.schema_connect_args(), start, on_problem=self._schema_problems.append
+        # Column names of their own time: the schema history follows the stream's DDL (relay/store/schemahistory.py).
+        # Its first baseline reads the source (a start at a given position stores the checkpoint before it): an
+        # outage then is waited out like any other, not a failure that every later start would meet again.
+        history = self._while_unreachable(
+            lambda: open_history(
+                self.source, settings.schema_connect_args(), start, on_problem=self._schema_problems.append
+            ),
+            should_stop,
         )
+        if history is None:
+            return self._stopped_cleanly()
+        ingestor.history = history
         # Beside the start, not in its way: the foreign keys are read from every table's definition.
         threading.Thread(target=_say_cascades, args=(settings.schema_connect_args(),), daemon=True).start()
         self._stream = self.stream_factory(
@@ -461,6 +475,9 @@ class Worker:
             collector.stop()
             self._snapshots.close()
             self._stream.close()
+        return self._stopped_cleanly()
+
+    def _stopped_cleanly(self) -> int:
         self._set_status(WorkerStatus.State.STOPPED)
         log.info("stopped cleanly")
         return EXIT_OK
@@ -589,12 +606,21 @@ class Worker:
     def _source_position(self, should_stop: Callable[[], bool]) -> Position | None:
         """The source's current position, retried with backoff while the source cannot be reached."""
         settings = source_settings(self.config)
+
+        def current(conn: ReplicationConnection) -> Position:
+            conn.connect()
+            return conn.current_position()
+
+        return self._while_unreachable(lambda: _with_connection(settings, current), should_stop)
+
+    def _while_unreachable(self, ask: Callable[[], _T], should_stop: Callable[[], bool]) -> _T | None:
+        """``ask()``, tried again with backoff while the source cannot be reached; None when a stop was asked for
+        meanwhile. Refused access is no outage: it is raised at once."""
+        settings = source_settings(self.config)
         attempt = 0
         while True:
-            conn = ReplicationConnection(settings)
             try:
-                conn.connect()
-                return conn.current_position()
+                return ask()
             except AccessDeniedError:
                 raise
             except _SOURCE_UNREACHABLE as exc:
@@ -603,13 +629,12 @@ class Worker:
                 self._source_unreachable(str(exc), f"attempt {attempt}, retrying in {delay:.1f}s")
                 if self._pause(delay, should_stop):
                     return None
-            finally:
-                conn.close()
 
     def _source_unreachable(self, error: str, what_next: str) -> None:
         """One line per attempt, and the stored status says so (for the dashboard and /healthz)."""
         log.warning("source %s unreachable (%s); %s", self.source, error, what_next)
-        self._set_status(WorkerStatus.State.RECONNECTING, last_error=error, last_error_at=timezone.now())
+        where = error if self.source in error else f"{self.source}: {error}"  # a driver's error may not say which
+        self._set_status(WorkerStatus.State.RECONNECTING, last_error=where, last_error_at=timezone.now())
 
     def _watch_source(self) -> None:
         """Called while no transaction arrives: a connected source sends a heartbeat every HeartbeatSeconds, so a
