@@ -43,6 +43,9 @@ class SourceConfig:
     start_from: tuple[str, int] | None
     start_gtid: str
     heartbeat_seconds: float
+    #: What the store calls this source (its checkpoint, status, schema history): host:port unless set. Set it to keep
+    #: the name a source had when it is reached by another address (a DNS name, a VIP, a proxy after a fail-over).
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,7 @@ def load_config(
         start_from=start_from,
         start_gtid=start_gtid,
         heartbeat_seconds=values.parsed("Server", "HeartbeatSeconds", 5.0, _seconds),
+        name=values.text("Server", "SourceName"),
     )
     schema_password = values.text("MySQL", "password")  # the [MySQL] login's: without one, the source user's
     schema = SchemaConfig(

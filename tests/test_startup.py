@@ -313,6 +313,23 @@ def test_a_missing_source_key_is_one_line(tmp_path: Path) -> None:
     assert_one_line(result.stderr, "configuration error: [Server] IPAddr: the source host is not set")
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (("--batch-rows", "0"), "--batch-rows 0: must be a number of at least 1"),
+        (("--batch-ms", "-1"), "--batch-ms -1: must be a number of at least 0"),
+        (("--takeover-after", "nan"), "--takeover-after nan: must be a number of at least 0"),
+        (("--max-runtime", "-1"), "--max-runtime -1.0: must be over 0 seconds"),
+    ],
+)
+def test_runbinlog_refuses_numbers_no_run_could_mean(flags: tuple[str, str], says: str, tmp_path: Path) -> None:
+    env = relay_env(None, DATABASE_URL=f"sqlite:///{tmp_path / 'x.sqlite3'}", RELAY_SERVER_IPADDR="127.0.0.1")
+    env["RELAY_SERVER_LOGIN"] = "repl"
+    result = manage(env, "runbinlog", *flags)
+    assert result.returncode == 1
+    assert_one_line(result.stderr, says)
+
+
 def test_an_empty_auth_secret_is_one_line(tmp_path: Path) -> None:
     env = relay_env(None, DATABASE_URL=f"sqlite:///{tmp_path / 'x.sqlite3'}", RELAY_SERVER_AUTHSECRET="")
     result = manage(env, "runrelay")
@@ -396,3 +413,43 @@ def test_binlog_tail_and_check_do_not_knock_the_worker_off(fresh_schema: tuple[M
     assert worker.alive()
     worker.signal(signal.SIGTERM)
     assert worker.wait() == 0
+
+
+# -- one source under two names -------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_source_reached_by_another_address_is_not_started_afresh_unless_told(
+    fresh_schema: tuple[MariaDB, str],
+) -> None:
+    """The store keys a source by host:port. The same server reached by another address (a DNS name, a VIP, a proxy
+    after a fail-over) has no checkpoint of its own: started at its current position it would skip what was written
+    since the other name's checkpoint. The worker stops and says how to go on: SourceName keeps the old name and its
+    checkpoint; --new-source says it is another server."""
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    subscribe("c", 1, schema, "t")
+    first = RelayProcess(relay_env(server, RELAY_SERVER_IPADDR="127.0.0.1"), "runbinlog").start()
+    wait_for(lambda: Checkpoint.objects.exists(), 60, message="the first start's checkpoint")
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (1)")
+    caught_up(server, first)
+    assert first.stop(30) == 0
+    server.execute(f"INSERT INTO `{schema}`.t VALUES (2)")  # while no worker runs
+    named = f"127.0.0.1:{server.port}"
+
+    renamed = RelayProcess(relay_env(server, RELAY_SERVER_IPADDR="localhost"), "runbinlog").start()
+    wait_for(lambda: not renamed.alive(), 60, message="the worker stops")
+    assert renamed.process.returncode == 1 and "Traceback" not in renamed.output
+    assert f"has other sources' ({named} at" in renamed.output and "SourceName" in renamed.output
+    assert WorkerStatus.objects.get(source=f"localhost:{server.port}").state == "failed"
+    assert not Checkpoint.objects.filter(source=f"localhost:{server.port}").exists()
+
+    kept = RelayProcess(relay_env(server, RELAY_SERVER_IPADDR="localhost", RELAY_SERVER_SOURCENAME=named), "runbinlog")
+    kept.start()
+    caught_up(server, kept)
+    assert [entry[2] for entry in queue_of("c")] == ["1", "2"]
+    assert kept.stop(30) == 0
+
+    other = RelayProcess(relay_env(server, RELAY_SERVER_IPADDR="localhost"), "runbinlog", "--new-source").start()
+    wait_for(lambda: Checkpoint.objects.filter(source=f"localhost:{server.port}").exists(), 60, message="a start")
+    assert other.stop(30) == 0

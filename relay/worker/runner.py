@@ -85,6 +85,13 @@ class WorkerOptions:
     # A standby takes over from an active worker whose lock session has been idle this long (frozen, paused, cut off
     # from the store): relay/worker/leader.py. 0: only when it dies.
     takeover_seconds: float = 30.0
+    # A first start with other sources' checkpoints in the store begins at the source's current position only when
+    # told that this is indeed another source (--new-source): it may be one of them under another address.
+    new_source: bool = False
+
+
+class StartRefused(Exception):
+    """The worker cannot choose where to start without being told."""
 
 
 def _clock_offset(conn: ReplicationConnection) -> float:
@@ -119,7 +126,8 @@ def _binlog_order(name: str) -> tuple[str, int]:
 
 
 def source_key(config: RelayConfig) -> str:
-    return f"{config.source.host}:{config.source.port}"
+    """The source's name in the store: [Server] SourceName, or host:port."""
+    return config.source.name or f"{config.source.host}:{config.source.port}"
 
 
 def source_settings(config: RelayConfig) -> SourceSettings:
@@ -409,7 +417,7 @@ class Worker:
             start = self._start_position(should_stop)
         except AccessDeniedError as exc:
             return self._refused(exc)
-        except BinlogError as exc:  # e.g. the source has no binary log: a set-up problem no retry fixes
+        except (BinlogError, StartRefused) as exc:  # e.g. no binary log on the source: a set-up problem no retry fixes
             return self._failed(f"cannot start: {exc}")
         if start is None:  # stopped while waiting for the source
             return self._stopped_cleanly()
@@ -515,12 +523,31 @@ class Worker:
         elif self.config.source.start_gtid:
             chosen, why = Position("", 4, self.config.source.start_gtid), "[Server] StartGTID"
         else:
+            self._refuse_a_second_name()
             current = self._source_position(should_stop)
             if current is None:
                 return None
             chosen, why = current, "the source's current position"
         self._store_start(chosen, why)
         return chosen
+
+    def _refuse_a_second_name(self) -> None:
+        """Before a first start at the source's current position: the store's other checkpoints may be this very
+        source's under the name of another address (a DNS name, a VIP, a proxy). Starting afresh would skip what it
+        wrote since that checkpoint, and two workers could then both be active for it. Unless told it is another
+        source, the worker stops and says how to go on."""
+        if self.options.new_source:
+            return
+        others = list(Checkpoint.objects.exclude(source=self.source).order_by("-updated")[:3])
+        if not others:
+            return
+        known = "; ".join(f"{c.source} at {c.binlog_file}:{c.binlog_pos}" for c in others)
+        raise StartRefused(
+            f"the store has no checkpoint for source {self.source} but has other sources' ({known}). If {self.source} "
+            f"is one of them reached by another address, set [Server] SourceName to that one's name to go on from its "
+            f"checkpoint; if it is another server, start once with --new-source (its current position), --from "
+            f"FILE:POS or --from-gtid GTID"
+        )
 
     def _ask_source(self, ask: Callable[[ReplicationConnection], _T]) -> _T | None:
         """``ask`` over a short connection of its own; None when the source cannot be asked (unreachable, or the

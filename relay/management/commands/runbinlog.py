@@ -7,6 +7,7 @@ error, 2 when the checkpoint's binlog has been purged from the source.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -16,6 +17,11 @@ from binlog import Position
 from relay.config import ConfigError, load_config, parse_position
 from relay.startup import check_store, command_config, fail
 from relay.worker.runner import Worker, WorkerOptions
+
+
+def _at_least(flag: str, value: float, least: float) -> None:
+    if not (math.isfinite(value) and value >= least):
+        raise fail(f"{flag} {value}: must be a number of at least {least}")
 
 
 class Command(BaseCommand):
@@ -37,6 +43,12 @@ class Command(BaseCommand):
             help="as a standby, take over from an active worker whose lock session has been idle this long (frozen,"
             " paused, cut off from the store); 0: only when it dies (default %(default)s; PostgreSQL only)",
         )
+        parser.add_argument(
+            "--new-source",
+            action="store_true",
+            help="a first start with other sources' checkpoints in the store: this is another source, start at its"
+            " current position (without it the worker stops: it may be one of them under another address)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = command_config(options["config"])
@@ -51,6 +63,12 @@ class Command(BaseCommand):
                 start = Position("", 4, options["from_gtid"])
         except ConfigError as exc:
             raise fail(f"configuration error: {exc}") from None
+        # Numbers no run could mean: a batch of no rows, a negative wait, a takeover that never comes (nan).
+        _at_least("--batch-rows", options["batch_rows"], 1)
+        _at_least("--batch-ms", options["batch_ms"], 0)
+        _at_least("--takeover-after", options["takeover_after"], 0)
+        if options["max_runtime"] is not None and not options["max_runtime"] > 0:
+            raise fail(f"--max-runtime {options['max_runtime']}: must be over 0 seconds")
         check_store()
         worker = Worker(
             config,
@@ -60,6 +78,7 @@ class Command(BaseCommand):
                 start=start,
                 max_runtime_seconds=options["max_runtime"],
                 takeover_seconds=options["takeover_after"],
+                new_source=options["new_source"],
             ),
         )
         worker.install_signal_handlers()
