@@ -417,6 +417,24 @@ def test_samples_give_discards_last_hour_and_queue_history(viewer: HttpClient, f
     assert "Queue size, last hour" in page(viewer, f"/clients/{client_id}/")
 
 
+def test_discards_of_a_client_made_within_the_hour_are_recent_before_its_first_sample(filled) -> None:
+    """Its first sample may come after its first discards (samples are taken once a minute): that sample is then no
+    baseline, since every discard of a client made within the hour is of the last hour."""
+    from relay import store
+    from relay.models import Filter, QueueState
+    from relay.web import health
+    from relay.worker.samples import Sampler
+
+    client_id = store.open_session("dropper").client_id
+    spec = store.add_filter(client_id, 1, "shop", "t", 3, 1)
+    QueueState.objects.filter(client_id=client_id).update(discarded=7)
+    Filter.objects.filter(id=spec.id).update(discarded=7, last_discard=timezone.now())
+    Sampler("main").write(timezone.now(), lag=None)  # its first sample, the discards in it
+    (row,) = dashboard.client_rows(client_id=client_id)
+    assert row.discards_last_hour == 7 and [f.discards_last_hour for f in row.filters] == [7]
+    assert any(reason.code == "recent_discards" and "dropper" in reason.message for reason in health.check().reasons)
+
+
 def test_discards_per_filter_over_time(viewer: HttpClient, filled) -> None:
     from relay.models import Filter
     from relay.worker.samples import Sampler

@@ -408,26 +408,33 @@ def client_rows(
 
 
 def _discards_last_hour(rows: dict[int, ClientRow], now: datetime) -> None:
-    """Discards since the newest sample at least an hour old, or since the oldest sample when none is that old yet
-    (then a lower bound, still true of the last hour). None for a client without any sample
+    """Discards since the newest sample at least an hour old. When no sample is that old yet: every discard of a
+    client made within the hour (its first sample may come after its first discards); for an older client, those since
+    its oldest sample (a lower bound, still true of the last hour). None for an older client without any sample
     (relay/worker/samples.py writes them)."""
     hour_ago = now - timedelta(hours=1)
-    baseline: dict[int, int] = {}
+    baseline: dict[int, tuple[int, dict[str, int]]] = {}
+    hour_old: set[int] = set()
     samples = (
         QueueSample.objects.filter(client_id__in=list(rows), at__gte=hour_ago - timedelta(minutes=5))
         .order_by("client_id", "at")
         .values_list("client_id", "at", "discarded", "filter_discards")
     )
-    filter_baseline: dict[int, dict[str, int]] = {}
     for cid, at, discarded, by_filter in samples:
         if cid not in baseline or at <= hour_ago:
-            baseline[cid] = discarded
-            filter_baseline[cid] = by_filter or {}
-    for cid, discarded in baseline.items():
-        row = rows[cid]
-        row.discards_last_hour = max(0, row.discarded - discarded)
-        for spec in row.filters:
-            spec.discards_last_hour = max(0, spec.discarded - filter_baseline[cid].get(str(spec.id), 0))
+            baseline[cid] = (discarded, by_filter or {})
+            if at <= hour_ago:
+                hour_old.add(cid)
+    for cid, row in rows.items():
+        if cid not in hour_old and row.created >= hour_ago:
+            row.discards_last_hour = row.discarded
+            for spec in row.filters:
+                spec.discards_last_hour = spec.discarded
+        elif cid in baseline:
+            discarded, by_filter = baseline[cid]
+            row.discards_last_hour = max(0, row.discarded - discarded)
+            for spec in row.filters:
+                spec.discards_last_hour = max(0, spec.discarded - by_filter.get(str(spec.id), 0))
 
 
 @dataclass(frozen=True)
