@@ -106,12 +106,16 @@ def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=env, check=True, capture_output=True)
 
 
-def subscribe(env: dict[str, str], clients: int) -> None:
+def subscribe(env: dict[str, str], clients: int, idle: int = 0) -> None:
+    """``clients`` subscribed to every table, and ``idle`` more to a table the workload never writes."""
     code = (
         "from relay import store\n"
         f"for n in range({clients}):\n"
         "    s = store.open_session(f'client-{n}')\n"
         "    store.add_filter(s.client_id, 7, '*', '*')\n"
+        f"for n in range({idle}):\n"
+        "    s = store.open_session(f'idle-{n}')\n"
+        "    store.add_filter(s.client_id, 7, 'elsewhere', f'table_{n}')\n"
     )
     manage(env, "shell", "-c", code)
 
@@ -279,6 +283,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--big-rows", type=int, default=1_000_000, help="rows of the single-transaction test (0: skip)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--idle-clients", type=int, default=0, help="more clients, subscribed to a table the workload never writes"
+    )
     parser.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432/test")
     args = parser.parse_args()
 
@@ -288,7 +295,8 @@ def main() -> None:
         # Fills the bytecode cache with what the worker imports (migrate and shell do not import it all).
         manage(relay_env(server, args.pg_url), "runbinlog", "--help")
         print(
-            f"{args.rows:,} rows in transactions of {args.per_transaction}, 8 columns, PostgreSQL store; load {load()}",
+            f"{args.rows:,} rows in transactions of {args.per_transaction}, 8 columns, PostgreSQL store, "
+            f"{args.idle_clients} idle clients; load {load()}",
             flush=True,
         )
         next_id = 1
@@ -303,7 +311,7 @@ def main() -> None:
                 try:
                     env = relay_env(server, url)
                     manage(env, "migrate", "--noinput")
-                    subscribe(env, clients)
+                    subscribe(env, clients, args.idle_clients)
                     run = run_worker(server, env, start, url)
                     size = max(1, round(args.rows / max(run.commits, 1)))
                     ceilings.append(copy_ceiling(url, size))
