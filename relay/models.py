@@ -373,6 +373,12 @@ class WorkerStatus(models.Model):
     )
     last_unrelayed_statement = models.TextField(blank=True, default="")
     last_unrelayed_statement_at = models.DateTimeField(null=True, blank=True)
+    cascading_foreign_keys = models.TextField(
+        blank=True,
+        default="",
+        help_text="the source's foreign keys with ON DELETE/UPDATE CASCADE, SET NULL or SET DEFAULT, one a line, as "
+        "read at the worker's start: the changes they make are not in the binlog, and no client receives them",
+    )
     change_log_lost = models.BigIntegerField(
         default=0,
         help_text="committed changes whose lines are not in the change log ([Logger] Path): its disk could not take "

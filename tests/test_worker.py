@@ -462,9 +462,12 @@ def test_row_changes_logged_as_statements_are_named_counted_and_shown(
     worker.stop()
 
 
-def test_foreign_keys_whose_cascades_the_binlog_lacks_are_named_at_start(fresh_schema: tuple[MariaDB, str]) -> None:
+def test_foreign_keys_whose_cascades_the_binlog_lacks_are_named_at_start(
+    fresh_schema: tuple[MariaDB, str], viewer: HttpClient
+) -> None:
     """The source applies ON DELETE/UPDATE CASCADE and SET NULL inside the statement and writes none of those changes
-    to the binlog: the worker names those foreign keys when it starts (and `binlog check` lists them)."""
+    to the binlog: the worker names those foreign keys when it starts, in its log, its status (the dashboard and
+    /metrics), and `binlog check` lists them."""
     server, schema = fresh_schema
     server.execute(
         f"CREATE TABLE `{schema}`.p (id INT PRIMARY KEY) ENGINE=InnoDB",
@@ -481,6 +484,12 @@ def test_foreign_keys_whose_cascades_the_binlog_lacks_are_named_at_start(fresh_s
     wait_for(lambda: f"{schema}.c (" in worker.output, timeout=30, message="the cascading foreign key named")
     assert f"-> {schema}.p ON DELETE CASCADE)" in worker.output
     assert f"{schema}.r (" not in worker.output  # RESTRICT changes nothing else
+    status = wait_for(lambda: WorkerStatus.objects.filter(cascading_foreign_keys__contains=f"{schema}.c (").first())
+    named = [line for line in status.cascading_foreign_keys.splitlines() if schema in line]
+    assert len(named) == 1 and named[0].endswith(f"-> {schema}.p ON DELETE CASCADE)"), named
+    assert f'relay_cascading_foreign_keys{{source="{status.source}"}} ' in render_metrics()
+    overview = viewer.get("/").content.decode()
+    assert "Foreign keys that cascade" in overview and f"{schema}.c (" in overview
     worker.stop()
 
 

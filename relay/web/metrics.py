@@ -181,6 +181,13 @@ def _exposition(now: datetime, verdict: health.Health) -> str:
         [({"source": name}, worker.unrelayed_statements) for name, worker, _ in workers],
     )
     out.family(
+        "relay_cascading_foreign_keys",
+        "gauge",
+        "The source's foreign keys with ON DELETE/UPDATE CASCADE, SET NULL or SET DEFAULT, as read at the worker's "
+        "start: the changes they make are not in the binlog, and no client receives them.",
+        [({"source": name}, _line_count(worker.cascading_foreign_keys)) for name, worker, _ in workers],
+    )
+    out.family(
         "relay_change_log_lost_total",
         "counter",
         "Committed changes whose lines are not in the change log ([Logger] Path): its disk could not take their "
@@ -356,3 +363,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
             response["WWW-Authenticate"] = 'Bearer realm="relay"'
         return response
     return HttpResponse(render_metrics(), content_type=CONTENT_TYPE)
+
+
+def _line_count(text: str) -> int:
+    return len(text.splitlines())

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import pymysql
 from django.db import (
+    DatabaseError,
     IntegrityError,
     InterfaceError,
     OperationalError,
@@ -212,9 +213,9 @@ def _with_connection(settings: SourceSettings, use: Callable[[ReplicationConnect
         conn.close()
 
 
-def _say_cascades(connect_args: dict[str, Any]) -> None:
+def _say_cascades(source: str, connect_args: dict[str, Any]) -> None:
     """Names, at every start, the source's foreign keys whose changes the binlog does not hold (CASCADE, SET NULL):
-    what they change reaches no client."""
+    what they change reaches no client. In the log, and in the worker's status (the dashboard, /metrics)."""
     try:
         lines = cascading_foreign_keys(connect_args)
     except (pymysql.err.MySQLError, OSError) as exc:
@@ -227,6 +228,12 @@ def _say_cascades(connect_args: dict[str, Any]) -> None:
             "these change in their tables: %s",
             shown,
         )
+    try:
+        WorkerStatus.objects.filter(source=source).update(cascading_foreign_keys="\n".join(lines))
+    except DatabaseError as exc:  # the store gone meanwhile: the log has said it
+        log.debug("the cascading foreign keys were not stored: %s", exc)
+    finally:
+        connection.close()  # this thread's own
 
 
 class _Restart(Exception):
@@ -438,7 +445,7 @@ class Worker:
             return self._stopped_cleanly()
         ingestor.history = history
         # Beside the start, not in its way: the foreign keys are read from every table's definition.
-        threading.Thread(target=_say_cascades, args=(settings.schema_connect_args(),), daemon=True).start()
+        threading.Thread(target=_say_cascades, args=(self.source, settings.schema_connect_args()), daemon=True).start()
         self._stream = self.stream_factory(
             settings, start, chunk_rows=self.options.chunk_rows, schema_provider=ingestor.history
         )
