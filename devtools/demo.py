@@ -85,6 +85,9 @@ class Demo:
             self.sandbox = MariaDB(self.data_dir / "mariadb").start()
             self.sandbox.execute(*SAMPLE_SCHEMA)
             self.env.update(self.sandbox.source_env())
+            # Its data directory is kept between runs, its port is not: one name for it, so that a second run goes
+            # on from the first one's checkpoint (the store keys a source by its name, host:port unless set).
+            self.env["RELAY_SERVER_SOURCENAME"] = "demo-mariadb"
         if not configured.auth_secret:
             self.env["RELAY_SERVER_AUTHSECRET"] = DEMO_SECRET
         self.secret = configured.auth_secret or DEMO_SECRET

@@ -72,6 +72,16 @@ def test_demo_runs_end_to_end_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         if demo.poll() is None:
             demo.kill()
             demo.wait()
+    # Again in the same folder: its MariaDB comes back on another port, and its worker goes on from its checkpoint.
+    again = subprocess.run(
+        [sys.executable, "-m", "devtools.demo", "--data-dir", str(tmp_path / "demo"), "--seconds", "8"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert again.returncode == 0 and "worker exited" not in again.stdout, again.stdout[-3000:]
 
 
 @pytest.mark.slow

@@ -190,6 +190,21 @@ def test_a_refused_user_or_privilege_stops_the_worker_with_one_line(
     assert status.state == "failed" and user in status.last_error
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("start", [(), ("--from", "binlog.000001:4")], ids=["current", "from"])
+def test_a_schema_login_the_source_refuses_stops_the_worker_and_is_not_waited_for(
+    mariadb: MariaDB, start: tuple[str, ...]
+) -> None:
+    """The schema history's first baseline reads information_schema with the [MySQL] login; PyMySQL raises a refused
+    login (1045) as the same error class as a connection it could not make: it is no outage to wait out."""
+    env = relay_env(mariadb, RELAY_MYSQL_LOGIN="repl", RELAY_MYSQL_PASSWORD="wrong-password")
+    worker = RelayProcess(env, "runbinlog", *start).start()
+    assert worker.wait(60) == 1, worker.output[-3000:]
+    [line] = error_lines(worker.output)
+    assert "1045" in line and "unreachable" not in worker.output
+    assert WorkerStatus.objects.get().state == "failed"
+
+
 # -- a source that cannot be reached is retried, and the status says so ----------------------------------------
 
 

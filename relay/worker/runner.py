@@ -205,6 +205,13 @@ _INSIDE_A_TRANSACTION = (
 LOCK_NOT_AVAILABLE = "55P03"
 
 
+def _refused_by_the_server(exc: BaseException) -> bool:
+    """A server's own error (1044, 1045, 1142, 1227...: codes under 2000) that PyMySQL raises as OperationalError,
+    like its client-side connection errors (2003, 2013...)."""
+    code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
+    return isinstance(code, int) and code < 2000
+
+
 def _with_connection(settings: SourceSettings, use: Callable[[ReplicationConnection], _T]) -> _T:
     conn = ReplicationConnection(settings)
     try:
@@ -658,6 +665,8 @@ class Worker:
             except AccessDeniedError:
                 raise
             except _SOURCE_UNREACHABLE as exc:
+                if _refused_by_the_server(exc):  # a login or privilege refused: no outage, no wait fixes it
+                    raise
                 attempt += 1
                 delay = min(settings.reconnect_initial_delay * 2 ** (attempt - 1), settings.reconnect_max_delay)
                 self._source_unreachable(str(exc), f"attempt {attempt}, retrying in {delay:.1f}s")
