@@ -470,6 +470,17 @@ class _Parser:
     def if_not_exists(self) -> bool:
         return self.accept_seq("IF", "NOT", "EXISTS")
 
+    def lock_wait(self) -> None:
+        """Past ``WAIT n`` or ``NOWAIT`` after a table's name: the statement's lock timeout, which changes nothing it
+        does. WAIT's number must go with it, or it would be taken for the start of the first clause."""
+        if self.accept("WAIT"):
+            token = self.peek()
+            if token is None or token.kind != "num":
+                raise DdlError(f"expected a number after WAIT near {self._here()}")
+            self.i += 1
+        else:
+            self.accept("NOWAIT")
+
     def skip_group(self) -> None:
         """Past a parenthesised group (the opening parenthesis is the current token)."""
         depth = 0
@@ -955,7 +966,7 @@ class DdlApplier:
         schema_, table_ = p.qualified()
         schema = self._schema(schema_, default_schema)
         table = self.model.name(table_)
-        p.accept("WAIT", "NOWAIT")
+        p.lock_wait()
         current = self.model.get(schema, table)
         if current is None:
             if if_exists:
@@ -1164,6 +1175,7 @@ class DdlApplier:
     def _rename(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
         while True:
             from_schema, from_table = p.qualified()
+            p.lock_wait()
             p.expect("TO")
             to_schema, to_table = p.qualified()
             source_schema = self._schema(from_schema, default_schema)

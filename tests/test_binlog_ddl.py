@@ -488,6 +488,28 @@ def test_forms_the_server_takes_that_a_reading_could_get_wrong(mariadb: MariaDB)
     assert "o2" in layouts and (other, "o2") not in model.tables
 
 
+def test_a_lock_wait_after_the_table_name_is_not_a_clause(mariadb: MariaDB) -> None:
+    """ALTER TABLE t WAIT n (or NOWAIT) and RENAME TABLE t WAIT n TO u: the lock timeout's number is part of it, and
+    the first clause after it is applied like any other."""
+    schema = "ddllockwait"
+    statements = [
+        f"CREATE DATABASE {schema}",
+        "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))",
+        "ALTER TABLE t WAIT 5 RENAME COLUMN a TO x",
+        "ALTER TABLE t NOWAIT CHANGE b y INT, ADD COLUMN z INT FIRST",
+        "ALTER ONLINE TABLE t WAIT 0 DROP COLUMN z",
+        "RENAME TABLE t WAIT 3 TO u",
+    ]
+    layouts: dict[str, list[str]] = {}
+
+    def check(sql: str, model: SchemaModel) -> None:
+        for (_, name), table in model.tables.items():
+            layouts[name] = [c.name for c in table.columns]
+
+    _follow(mariadb, [schema], statements, check)
+    assert layouts["u"] == ["id", "x", "y"]
+
+
 def test_the_keyword_of_a_statement_behind_set_statement_is_its_own() -> None:
     """The stream hands a DDL to the schema history by its keyword: behind SET STATEMENT it is the statement's."""
     from binlog.parser import _statement_keyword
