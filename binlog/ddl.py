@@ -405,6 +405,52 @@ def _clause_of_words(p: _Parser) -> bool:
     )
 
 
+#: Words that begin a run of table options in an ALTER TABLE (as do an engine's own options: any word followed by "=").
+_TABLE_OPTION_WORDS = (
+    "DEFAULT",
+    "CHARACTER",
+    "CHARSET",
+    "COLLATE",
+    "ENGINE",
+    "TYPE",
+    "COMMENT",
+    "AUTO_INCREMENT",
+    "AVG_ROW_LENGTH",
+    "CHECKSUM",
+    "TABLE_CHECKSUM",
+    "PAGE_CHECKSUM",
+    "CONNECTION",
+    "DATA",
+    "DELAY_KEY_WRITE",
+    "ENCRYPTED",
+    "ENCRYPTION_KEY_ID",
+    "IETF_QUOTES",
+    "INSERT_METHOD",
+    "KEY_BLOCK_SIZE",
+    "MAX_ROWS",
+    "MIN_ROWS",
+    "PACK_KEYS",
+    "PAGE_COMPRESSED",
+    "PAGE_COMPRESSION_LEVEL",
+    "PASSWORD",
+    "ROW_FORMAT",
+    "SEQUENCE",
+    "STATS_AUTO_RECALC",
+    "STATS_PERSISTENT",
+    "STATS_SAMPLE_PAGES",
+    "TRANSACTIONAL",
+    "UNION",
+)
+
+
+def _starts_table_options(p: _Parser) -> bool:
+    """Whether an ALTER TABLE clause is a run of table options ("ENGINE=InnoDB DEFAULT CHARSET=latin1")."""
+    token, following = p.peek(), p.peek(1)
+    if token is None or token.kind != "word":
+        return False
+    return token.is_word(*_TABLE_OPTION_WORDS) or (following is not None and following.text == "=")
+
+
 class _Parser:
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
@@ -770,7 +816,7 @@ class DdlApplier:
         if p.accept("DATABASE", "SCHEMA"):
             p.if_not_exists()
             name = p.identifier()
-            charset, _ = self._options(p, table=False)
+            charset, _ = self._options(p, table=False, default_charset=self.model.server_charset)
             if replace_:
                 for schema, table in self.model.drop_database(name):
                     changes.append(Change(schema, table, None))
@@ -829,7 +875,7 @@ class DdlApplier:
         elif not p.at_end():
             raise DdlError("CREATE TABLE ... SELECT without a column list")
         options = p.i
-        charset, versioned = self._options(p, table=True)
+        charset, versioned = self._options(p, table=True, default_charset=self.model.database_charset(schema))
         engine = _engine(p.tokens[options : p.i])
         charset = charset or self.model.database_charset(schema)
         while not p.at_end():
@@ -915,11 +961,16 @@ class DdlApplier:
     def _column_name(self, name: str) -> str:
         return name
 
-    def _options(self, p: _Parser, *, table: bool) -> tuple[str | None, bool]:
+    def _options(
+        self, p: _Parser, *, table: bool, default_charset: str, alter: bool = False
+    ) -> tuple[str | None, bool]:
         """The default charset that database options, or the table options after a column list, name; and whether
-        the table options say WITH SYSTEM VERSIONING.
+        the table options say WITH SYSTEM VERSIONING. ``CHARACTER SET DEFAULT`` names ``default_charset`` (the
+        database's, for a table).
 
-        A table's options end at a SELECT (CREATE ... SELECT), a partitioning or a "(", and may be separated by commas.
+        A table's options end at a SELECT (CREATE ... SELECT), a partitioning or a "(" (but for a MERGE table's
+        UNION=(...)), and may be separated by commas or spaces alone. In an ALTER TABLE (``alter``) a run of options
+        separated by spaces is one clause: it ends at the next comma, where another clause may begin.
         """
         charset: str | None = None
         versioned = False
@@ -930,19 +981,29 @@ class DdlApplier:
             if table:
                 token = p.peek()
                 assert token is not None
-                if token.is_word("SELECT", "AS", "WITH", "IGNORE", "REPLACE", "PARTITION") or (
-                    token.kind == "op" and token.text == "("
-                ):
+                if token.is_word("SELECT", "AS", "WITH", "IGNORE", "REPLACE", "PARTITION"):
                     break
-            p.accept("DEFAULT")
+                if token.kind == "op" and token.text == "(":
+                    previous = p.tokens[p.i - 1]
+                    if previous.text == "=" or previous.is_word("UNION"):
+                        p.skip_group()
+                        continue
+                    break
+                if alter and token.kind == "op" and token.text == ",":
+                    break
+            if p.accept("DEFAULT"):
+                continue  # DEFAULT CHARSET, DEFAULT COLLATE, or an option's value (ROW_FORMAT=DEFAULT)
             if p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET"):
-                charset = _charset_alias(p.charset_name())
+                name = p.charset_name()
+                charset = default_charset if name.upper() == "DEFAULT" else _charset_alias(name)
             elif p.accept("COLLATE"):
-                collation = charset_of_collation(p.charset_name())
-                charset = charset or collation
+                name = p.charset_name()
+                if name.upper() == "DEFAULT":
+                    raise DdlError("COLLATE DEFAULT in the table options")
+                charset = charset or charset_of_collation(name)
             else:
                 p.i += 1
-                if table:
+                if table and not alter:
                     p.accept_op(",")
         return charset, versioned
 
@@ -954,7 +1015,7 @@ class DdlApplier:
             name = default_schema
             if token is not None and not token.is_word("DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "COMMENT"):
                 name = p.identifier()
-            charset, _ = self._options(p, table=False)
+            charset, _ = self._options(p, table=False, default_charset=self.model.server_charset)
             if charset is not None and name:
                 self.model.set_database(name, charset)
             return
@@ -1053,12 +1114,10 @@ class DdlApplier:
                     slot.spec = None  # converted: its charset is the conversion's, whatever the table's becomes
                 charset = target
                 p.skip_clause()
-            elif p.accept("DEFAULT") or (p.peek() is not None and p.peek().is_word("CHARACTER", "CHARSET", "COLLATE")):  # type: ignore[union-attr]
-                if p.accept_seq("CHARACTER", "SET") or p.accept("CHARSET"):
-                    charset = _charset_alias(p.charset_name())
-                elif p.accept("COLLATE"):
-                    charset = charset_of_collation(p.charset_name())
-                p.skip_clause()
+            elif _starts_table_options(p):
+                named, _ = self._options(p, table=True, default_charset=self.model.database_charset(schema), alter=True)
+                charset = named or charset
+                p.skip_clause()  # a partitioning that ends the run
             else:
                 p.skip_clause()  # ALGORITHM, LOCK, FORCE, ENGINE, ALTER COLUMN ... SET DEFAULT, indexes...
             if not p.accept_op(","):

@@ -510,6 +510,35 @@ def test_a_lock_wait_after_the_table_name_is_not_a_clause(mariadb: MariaDB) -> N
     assert layouts["u"] == ["id", "x", "y"]
 
 
+def test_every_table_option_of_a_run_is_read(mariadb: MariaDB) -> None:
+    """Table options separated by spaces alone (as SHOW CREATE TABLE writes them) are one ALTER clause: a charset
+    after another option is the table's new default, which a column added later takes; CHARSET=DEFAULT is the
+    database's. A MERGE table's UNION=(...) does not end the options of a CREATE."""
+    schema = "ddloptions"
+    statements = [
+        f"CREATE DATABASE {schema} CHARACTER SET utf8mb3",
+        "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(20)) CHARSET=utf8mb4",
+        "ALTER TABLE t ENGINE=InnoDB DEFAULT CHARSET=latin1",
+        "ALTER TABLE t ADD COLUMN c TEXT",
+        "ALTER TABLE t COMMENT 'x' CHARACTER SET utf8mb4, ADD d TEXT",
+        "ALTER TABLE t ROW_FORMAT=DEFAULT, ADD e VARCHAR(3)",
+        "ALTER TABLE t CHARSET=DEFAULT, ADD f TINYTEXT",
+        "ALTER TABLE t AUTO_INCREMENT=5 COLLATE latin1_bin ENGINE InnoDB",
+        "ALTER TABLE t ADD g VARCHAR(4)",
+        "CREATE TABLE u (a INT, b VARCHAR(5)) ENGINE=MyISAM CHARSET=latin1",
+        "CREATE TABLE m (a INT, b VARCHAR(5)) ENGINE=MRG_MyISAM UNION=(u) DEFAULT CHARSET=latin1",
+    ]
+    charsets: dict[str, list[str | None]] = {}
+
+    def check(sql: str, model: SchemaModel) -> None:
+        for (_, name), table in model.tables.items():
+            charsets[name] = [c.charset for c in table.columns]
+
+    _follow(mariadb, [schema], statements, check)
+    assert charsets["t"] == [None, "utf8mb4", "latin1", "utf8mb4", "utf8mb4", "utf8mb3", "latin1"]
+    assert charsets["m"] == [None, "latin1"]
+
+
 def test_the_keyword_of_a_statement_behind_set_statement_is_its_own() -> None:
     """The stream hands a DDL to the schema history by its keyword: behind SET STATEMENT it is the statement's."""
     from binlog.parser import _statement_keyword
