@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from binlog.ddl import Change, DdlError, apply_statement, has_undecoded_bytes, statement_start, tokenize
+from binlog.ddltables import tables_named
 from binlog.errors import BinlogError
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.position import Position
@@ -273,7 +274,7 @@ class SchemaHistory:
             try:
                 changes = apply_statement(self.model, schema, query, sql_mode)
             except DdlError as exc:
-                self._report_unreadable(schema, query, position, str(exc))
+                self._report_unreadable(schema, query, position, str(exc), sql_mode)
                 return
             # Only a CREATE (or a drop) says all there is to know about a table; an ALTER of a table the history
             # has lost leaves it lost, and its rows keep positional names until it is re-read.
@@ -287,17 +288,23 @@ class SchemaHistory:
                     self.stale.pop(key, None)
                 self._record(Version(change.schema, change.table, position, change.definition, query[:2000]))
 
-    def _report_unreadable(self, schema: str, query: str, position: Position, reason: str) -> None:
-        tables = self._known_tables(_tables_named(query, schema))
+    def _report_unreadable(self, schema: str, query: str, position: Position, reason: str, sql_mode: int) -> None:
+        named = tables_named(query, schema, sql_mode)
+        if named is None:
+            # No table can be told from it: any may have changed, so none keeps names that may be wrong.
+            tables = [self.model.stored_name(*key) for key in sorted(self.model.tables)]
+            which = "every table (it names none that could be read)"
+        else:
+            tables = self._known_tables(named)
+            which = ", ".join(_printable(".".join(k)) for k in tables)
         for key in tables:
             self.unreadable.add(self._fold(key))
             if self.reread is not None:
                 self.stale[self._fold(key)] = key
-        named = ", ".join(_printable(".".join(k)) for k in tables)
         message = (
             f"schema history: cannot apply the DDL at {position} (default database {_printable(schema)!r}): "
-            f"{reason}; rows of {named or 'the tables it names'} get positional names until a later DDL defines "
-            f"them. Statement: {_printable(query[:500])}"
+            f"{reason}; rows of {which} get positional names until a later DDL defines them or they are re-read. "
+            f"Statement: {_printable(query[:500])}"
         )
         self._problem(("", "", f"{position}"), message)
 
@@ -468,13 +475,6 @@ class SchemaHistory:
         return out
 
 
-_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
-_TABLE_WORDS = re.compile(
-    rf"\b(?:TABLE|TABLES|EXISTS|TO|LIKE)\s+({_NAME}(?:\s*\.\s*{_NAME})?)",
-    re.IGNORECASE,
-)
-
-
 def _undecoded_as_wildcard(name: str) -> str:
     """A pattern for a name read with undecoded bytes (lone surrogates): each run of them is one or more characters."""
     return ".+".join(re.escape(part) for part in re.split("[\udc80-\udcff]+", name))
@@ -483,17 +483,6 @@ def _undecoded_as_wildcard(name: str) -> str:
 def _printable(text: str) -> str:
     """Text for a message: undecoded bytes as \\xNN escapes (a lone surrogate cannot be written as UTF-8)."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def _tables_named(query: str, schema: str) -> list[tuple[str, str]]:
-    """Best-effort (schema, table) pairs a statement we could not parse names, to mark them unreadable."""
-    found: list[tuple[str, str]] = []
-    for match in _TABLE_WORDS.finditer(query):
-        parts = [p.strip().strip("`").replace("``", "`") for p in match.group(1).split(".")]
-        if parts[-1].upper() in ("IF", "EXISTS", "NOT"):
-            continue
-        found.append((parts[0], parts[1]) if len(parts) == 2 else (schema, parts[0]))
-    return found
 
 
 # -- reading the server ----------------------------------------------------------------------------------------------

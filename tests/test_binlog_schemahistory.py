@@ -404,3 +404,34 @@ def test_a_create_redefines_a_table_whose_last_ddl_could_not_be_read(mariadb_no_
     rows = _rows_by_table(server, schema, history, start)["t"]
     assert [sorted(row) for row in rows] == [["@1", "@2"], ["id", "v"]]
     assert len(problems) == 2 and "cannot apply the DDL" in problems[0] and "could not be read" in problems[1]
+
+
+def test_an_unreadable_ddl_marks_the_tables_the_server_read_in_it() -> None:
+    """The tables of a DDL the history cannot apply are read as the server read the statement (comments dropped,
+    "..." a name under ANSI_QUOTES, every table of a list); one whose tables cannot be told marks every table."""
+    from binlog.ddl import MODE_ANSI_QUOTES
+
+    def history_of(*tables: str) -> tuple[SchemaHistory, list[str]]:
+        problems: list[str] = []
+        history = SchemaHistory(on_problem=problems.append)
+        model = SchemaModel()
+        for table in tables:
+            apply_statement(model, "s", f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT)")
+        history.set_baseline(model, Position("binlog.000001", 4))
+        return history, problems
+
+    unknown_column = "RENAME COLUMN nope TO b"  # a clause the history cannot apply
+    for statement, sql_mode, marked in [
+        (f"ALTER TABLE /* c */ t {unknown_column}", 0, {("s", "t")}),
+        (f"/*!40000 ALTER TABLE s . /* c */ `t` {unknown_column} */", 0, {("s", "t")}),
+        (f'ALTER TABLE "t" {unknown_column}', MODE_ANSI_QUOTES, {("s", "t")}),
+        ("RENAME TABLE nope TO t2, u TO u2", 0, {("s", "nope"), ("s", "t2"), ("s", "u"), ("s", "u2")}),
+    ]:
+        history, problems = history_of("t", "u")
+        history.statement("s", statement, Position("binlog.000001", 100), sql_mode)
+        assert history.unreadable == marked, statement
+        assert len(problems) == 1 and "cannot apply the DDL" in problems[0]
+    history, problems = history_of("t", "u")
+    history.statement("s", "ALTER TABLE `t ADD COLUMN b INT", Position("binlog.000001", 100))  # no words to read
+    assert history.unreadable == {("s", "t"), ("s", "u")}
+    assert len(problems) == 1 and "every table" in problems[0]
