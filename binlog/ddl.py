@@ -703,11 +703,14 @@ class _Parser:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One table a statement changed: its new definition, or None when it is gone."""
+    """One table a statement changed: its new definition, or None when it is gone. ``source``: the table (its stored
+    names) whose layout the definition was taken from, when another one's (RENAME, CREATE ... LIKE): what the history
+    knew of that one's layout, or did not know, holds for this one too."""
 
     schema: str
     table: str
     definition: TableDef | None
+    source: tuple[str, str] | None = None
 
 
 @dataclass(eq=False)
@@ -844,11 +847,13 @@ class DdlApplier:
             if paren_like:
                 p.i += 2
             src_schema, src_table = p.qualified()
-            source = self.model.get(self._schema(src_schema, default_schema), src_table)
+            source_schema = self._schema(src_schema, default_schema)
+            source = self.model.get(source_schema, src_table)
             if source is None:
                 raise DdlError(f"CREATE TABLE ... LIKE an unknown table {src_table}")
+            copied_from = self.model.stored_name(source_schema, src_table)
             self.model.put(schema, table, source)
-            changes.append(Change(*self.model.stored_name(schema, table), source))
+            changes.append(Change(*self.model.stored_name(schema, table), source, copied_from))
             return
         specs: list[tuple[_ColumnSpec, tuple[str, str | None] | None]] = []
         pk: tuple[str, ...] = ()
@@ -1141,12 +1146,14 @@ class DdlApplier:
         # A key column is named by its column's name after the statement: ADD PRIMARY KEY names those already.
         pk = tuple(k.column.name if isinstance(k, _Slot) else k for k in key)
         definition = TableDef(tuple(_with_pk([slot.column for slot in slots], pk)), pk, charset)
+        source: tuple[str, str] | None = None
         if rename_to is not None:
+            source = self.model.stored_name(schema, table)
             self.model.remove(schema, table)
-            changes.append(Change(*self.model.stored_name(schema, table), None))
+            changes.append(Change(*source, None))
             schema, table = rename_to
         self.model.put(schema, table, definition)
-        changes.append(Change(*self.model.stored_name(schema, table), definition))
+        changes.append(Change(*self.model.stored_name(schema, table), definition, source))
 
     def _alter_add(
         self, p: _Parser, slots: list[_Slot], key: tuple[_Slot | str, ...], charset: str
@@ -1246,7 +1253,7 @@ class DdlApplier:
             target_schema = self._schema(to_schema, default_schema)
             target = self.model.name(to_table)
             self.model.put(target_schema, target, definition)
-            changes.append(Change(*self.model.stored_name(target_schema, target), definition))
+            changes.append(Change(*self.model.stored_name(target_schema, target), definition, stored))
             if not p.accept_op(","):
                 break
 

@@ -281,12 +281,29 @@ class SchemaHistory:
             tokens = tokenize(query, sql_mode)
             first = tokens[statement_start(tokens) :][:1]  # past SET STATEMENT ... FOR
             redefines = bool(first) and first[0].is_word("CREATE")
+            # A layout taken from another table (RENAME, CREATE ... LIKE) is as doubtful as it was there: the marks
+            # go with it. A renamed table's marks are kept here as its old name goes, for the new name that follows.
+            gone: dict[tuple[str, str], tuple[bool, bool]] = {}
             for change in changes:
                 key = self._fold((change.schema, change.table))
-                if redefines or change.definition is None:
-                    self.unreadable.discard(key)
-                    self.stale.pop(key, None)
+                if change.definition is None:
+                    gone[key] = (key in self.unreadable, key in self.stale)
+                    self._unmark(key)
+                elif change.source is not None:
+                    source = self._fold(change.source)
+                    unreadable, stale = gone.get(source, (source in self.unreadable, source in self.stale))
+                    self._unmark(key)
+                    if unreadable:
+                        self.unreadable.add(key)
+                    if stale:
+                        self.stale[key] = (change.schema, change.table)
+                elif redefines:
+                    self._unmark(key)
                 self._record(Version(change.schema, change.table, position, change.definition, query[:2000]))
+
+    def _unmark(self, key: tuple[str, str]) -> None:
+        self.unreadable.discard(key)
+        self.stale.pop(key, None)
 
     def _report_unreadable(self, schema: str, query: str, position: Position, reason: str, sql_mode: int) -> None:
         named = tables_named(query, schema, sql_mode)

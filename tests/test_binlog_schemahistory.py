@@ -435,3 +435,27 @@ def test_an_unreadable_ddl_marks_the_tables_the_server_read_in_it() -> None:
     history.statement("s", "ALTER TABLE `t ADD COLUMN b INT", Position("binlog.000001", 100))  # no words to read
     assert history.unreadable == {("s", "t"), ("s", "u")}
     assert len(problems) == 1 and "every table" in problems[0]
+
+
+def test_a_tables_marks_go_with_its_layout() -> None:
+    """A table whose layout the history doubts (its last DDL unreadable, or reported and waiting to be re-read)
+    hands the doubt on with the layout: RENAME TABLE and ALTER TABLE ... RENAME TO move it to the new name (a swap
+    through a third name too), CREATE TABLE ... LIKE copies it (it is no CREATE that says all of the table)."""
+    history = SchemaHistory(reread=lambda schemas: None)
+    model = SchemaModel()
+    for table in ("t", "u"):
+        apply_statement(model, "s", f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b INT)")
+    history.set_baseline(model, Position("binlog.000001", 4))
+    at = iter(range(100, 10_000, 100))
+    for statement in [
+        "ALTER TABLE t RENAME COLUMN nope TO b",  # unreadable
+        "RENAME TABLE t TO t2",
+        "CREATE TABLE l LIKE t2",
+        "ALTER TABLE t2 RENAME TO t3",
+        "RENAME TABLE t3 TO tmp, u TO t3, tmp TO u",
+    ]:
+        history.statement("s", statement, Position("binlog.000001", next(at)))
+    assert history.unreadable == {("s", "l"), ("s", "u")}
+    assert history.stale == {("s", "l"): ("s", "l"), ("s", "u"): ("s", "u")}
+    history.statement("s", "CREATE OR REPLACE TABLE l (id INT PRIMARY KEY)", Position("binlog.000001", next(at)))
+    assert history.unreadable == {("s", "u")}
