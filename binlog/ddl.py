@@ -16,11 +16,21 @@ worse than an error for a model that decides column names.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from binlog.charsets import max_bytes_per_char
 from binlog.schema import long_unique_hash_columns
-from binlog.schemamodel import GEOMETRY_TYPES, SYSTEM_TIME, Column, SchemaModel, TableDef, fold_name, hidden
+from binlog.schemamodel import (
+    GEOMETRY_TYPES,
+    SYSTEM_TIME,
+    Column,
+    SchemaModel,
+    TableDef,
+    fold_name,
+    hidden,
+    may_fold_alike,
+)
 from binlog.table import STRING_ESCAPES
 
 
@@ -268,6 +278,17 @@ def _engine(options: list[Token]) -> str:
     return ""
 
 
+def _refuse_unsure_name(name: str, names: Iterable[str]) -> None:
+    """Raises DdlError when ``name``, which ``fold_name`` finds among none of ``names``, may be one of them to the
+    server (``may_fold_alike``): whether the statement found that column, only the server's case table tells."""
+    for other in names:
+        if may_fold_alike(name, other):
+            raise DdlError(
+                f"{name} may name the column {other}: they differ in the case of letters outside ASCII, which the "
+                "server folds by a table of its own"
+            )
+
+
 def _hashed(key: _UniqueKey, columns: list[Column], engine: str) -> bool:
     """Whether the server keeps a UNIQUE key of a new table by a hidden hash column (a "long unique"): over a BLOB or
     TEXT column's whole value, said USING HASH, or longer than any engine's B-tree key. DdlError when that depends
@@ -281,6 +302,7 @@ def _hashed(key: _UniqueKey, columns: list[Column], engine: str) -> bool:
     for name, prefix in key.parts:
         column = by_name.get(fold_name(name))
         if column is None:
+            _refuse_unsure_name(name, [column.name for column in columns])
             return False  # a key over a column the statement does not define: the server refuses it
         if column.data_type in _WHOLE_VALUE_TYPES:
             if not prefix:
@@ -759,9 +781,17 @@ def _put(slots: list[_Slot], slot: _Slot, where: tuple[str, str | None] | None) 
         raise DdlError(f"AFTER names an unknown column {where[1]}")
 
 
+def _names(slots: list[_Slot]) -> list[str]:
+    """Every name a clause may find a column by: the table's before the statement, and those the statement gives."""
+    return [slot.origin for slot in slots if slot.origin] + [slot.column.name for slot in slots]
+
+
 def _with_pk(columns: list[Column], pk: tuple[str, ...]) -> list[Column]:
     """Primary key columns are NOT NULL."""
     folded = {fold_name(name) for name in pk}
+    for name in pk:
+        if fold_name(name) not in {fold_name(column.name) for column in columns}:
+            _refuse_unsure_name(name, [column.name for column in columns])
     return [replace(c, nullable=False) if fold_name(c.name) in folded and c.nullable else c for c in columns]
 
 
@@ -1075,6 +1105,7 @@ class DdlApplier:
                 if index < 0:
                     index = _added(slots, old or name)  # the server takes a column this statement ADDs too
                 if index < 0:
+                    _refuse_unsure_name(old or name, _names(slots))
                     if exists:
                         continue
                     raise DdlError(f"{'CHANGE' if change else 'MODIFY'} of an unknown column {old or name}")
@@ -1093,6 +1124,7 @@ class DdlApplier:
                     new = p.identifier()
                     index = _original(slots, old)
                     if index < 0:
+                        _refuse_unsure_name(old, _names(slots))
                         if exists:
                             continue
                         raise DdlError(f"RENAME COLUMN of an unknown column {old}")
@@ -1188,6 +1220,8 @@ class DdlApplier:
             if if_not_exists:
                 return key
             raise DdlError(f"ADD of an existing column {name}")
+        if if_not_exists:  # the server adds it only if it finds no column of that name
+            _refuse_unsure_name(name, [slot.column.name for slot in slots])
         slot = _Slot(build_column(spec, charset), "", spec)
         if spec.unique and _hashed(_UniqueKey(((name, None),), False), [slot.column], ""):
             raise DdlError(f"ALTER TABLE adds a column {name} with a long UNIQUE key, kept by a hidden hash column")
@@ -1208,6 +1242,7 @@ class DdlApplier:
         name = p.identifier()
         index = _original(slots, name)
         if index < 0:
+            _refuse_unsure_name(name, _names(slots))
             if exists:
                 return key
             raise DdlError(f"DROP of an unknown column {name}")

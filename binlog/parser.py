@@ -77,7 +77,6 @@ from binlog.position import Position
 from binlog.reader import lenenc_int
 from binlog.rowdecoder import RowsDecoder, build_rows_decoder
 from binlog.schema import SchemaProvider, TableResolver
-from binlog.schemamodel import fold_name
 from binlog.table import TableInfo
 from binlog.tablemap import TableMap, parse_table_map
 
@@ -614,7 +613,7 @@ class EventDecoder:
                 words = words[1:]
         if not words or words[0].kind not in ("word", "name"):
             raise BinlogError(f"{query[:200]!r} at {self.file}:{self.pos} names no savepoint this reader can read")
-        name = fold_name(words[0].text)
+        name = _savepoint_name(words[0].text)
         marks = [index for index, (held, _rows) in enumerate(self._savepoints) if held == name]
         if keyword == "SAVEPOINT":
             if marks:  # set again: the savepoint moves, the others stay
@@ -793,3 +792,8 @@ def _uncompress_block(data: bytes) -> bytes:
         return zlib.decompress(bytes(data[1 + width :]))
     except zlib.error as exc:
         raise BinlogError(f"compressed event payload does not decompress: {exc}") from exc
+
+
+def _savepoint_name(name: str) -> str:
+    """A savepoint's name as SAVEPOINT and ROLLBACK TO compare it: without case, a character at a time."""
+    return "".join(upper if len(upper := ch.upper()) == 1 else ch for ch in name)

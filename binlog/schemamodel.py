@@ -86,12 +86,29 @@ def hidden(columns: Sequence[SchemaColumn]) -> tuple[Column, ...]:
 SYSTEM_TIME = hidden(SYSTEM_TIME_COLUMNS)
 
 
+_ASCII_UPPER = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
 def fold_name(name: str) -> str:
-    """A column name as the server compares it: case-insensitively, a character at a time (the system charset's
-    case map), so that 'ß' and 'ss' are two columns, as the server keeps them; ``str.casefold`` makes them one."""
-    if name.isascii():
-        return name.upper()
-    return "".join(upper if len(upper := ch.upper()) == 1 else ch for ch in name)
+    """A column name as the history compares it: ASCII letters without their case, every other character as it is.
+
+    The server compares column names case-insensitively by its own case table (the system charset's), which differs
+    from Python's for letters outside ASCII: it keeps the dotless i (U+0131) and I apart, which str.upper makes one.
+    So two names that differ only in the case of such letters are two names here; a statement that finds a column
+    only by such a difference (``may_fold_alike``) cannot be applied with certainty (``binlog.ddl`` refuses it)."""
+    return name.translate(_ASCII_UPPER)
+
+
+def may_fold_alike(name: str, other: str) -> bool:
+    """Whether the server may take two names ``fold_name`` keeps apart for one: where they differ, both have letters
+    and one of them a letter outside ASCII (the server folds a character at a time, by a table of its own: 'İ' is
+    'i' to it, which no case mapping of Python's makes so)."""
+    if len(name) != len(other) or fold_name(name) == fold_name(other):
+        return False
+    return all(
+        a == b or (a.isalpha() and b.isalpha() and not (a.isascii() and b.isascii()))
+        for a, b in zip(fold_name(name), fold_name(other), strict=True)
+    )
 
 
 @dataclass(frozen=True, slots=True)

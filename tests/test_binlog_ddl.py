@@ -539,6 +539,50 @@ def test_every_table_option_of_a_run_is_read(mariadb: MariaDB) -> None:
     assert charsets["m"] == [None, "latin1"]
 
 
+def test_names_that_differ_in_the_case_of_a_letter_outside_ascii(mariadb: MariaDB) -> None:
+    """The server keeps 'kapal' + dotless i and 'KAPALI' apart (its case table has no dotless i to I), as the
+    history does: a DROP of one leaves the other."""
+    schema = "ddlcase"
+    dotless = "kapal\u0131"
+    statements = [
+        f"CREATE DATABASE {schema}",
+        f"CREATE TABLE k (id INT PRIMARY KEY, `{dotless}` VARCHAR(20), `KAPALI` VARCHAR(20), `Ünï` INT)",
+        "ALTER TABLE k DROP COLUMN `KAPALI`",
+        f"ALTER TABLE k ADD COLUMN `Kapali` INT AFTER `{dotless}`",
+    ]
+    layouts: dict[str, list[str]] = {}
+
+    def check(sql: str, model: SchemaModel) -> None:
+        for (_, name), table in model.tables.items():
+            layouts[name] = [c.name for c in table.columns]
+
+    _follow(mariadb, [schema], statements, check)
+    assert layouts["k"] == ["id", dotless, "Kapali", "Ünï"]
+
+
+def test_a_name_only_the_servers_case_table_may_find_is_unreadable() -> None:
+    """A column named by another case of a letter outside ASCII ('ünÏ' for 'Ünï', 'İ' for 'i') is found or not by the
+    server's own case table: the statement is refused (unreadable), never applied by a guess, IF EXISTS or not."""
+    model = SchemaModel(server_charset="utf8mb4")
+    apply_statement(model, "", "CREATE DATABASE s")
+    apply_statement(model, "s", "CREATE TABLE t (id INT PRIMARY KEY, `Ünï` TEXT, i INT)")
+    for statement in (
+        "ALTER TABLE t DROP COLUMN `ünÏ`",
+        "ALTER TABLE t DROP COLUMN IF EXISTS `ünÏ`",
+        "ALTER TABLE t DROP COLUMN IF EXISTS `İ`",
+        "ALTER TABLE t MODIFY COLUMN IF EXISTS `ünÏ` INT",
+        "ALTER TABLE t CHANGE COLUMN IF EXISTS `ünÏ` x INT",
+        "ALTER TABLE t RENAME COLUMN IF EXISTS `ünÏ` TO x",
+        "ALTER TABLE t ADD COLUMN IF NOT EXISTS `ünÏ` INT",
+        "ALTER TABLE t ADD COLUMN x INT AFTER `ünÏ`",
+        "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (`İ`)",
+        "CREATE TABLE u (`Ünï` TEXT, UNIQUE KEY (`ünÏ`))",
+    ):
+        with pytest.raises(DdlError):
+            apply_statement(model, "s", statement)
+    assert [c.name for c in model.tables[("s", "t")].columns] == ["id", "Ünï", "i"]
+
+
 def test_the_keyword_of_a_statement_behind_set_statement_is_its_own() -> None:
     """The stream hands a DDL to the schema history by its keyword: behind SET STATEMENT it is the statement's."""
     from binlog.parser import _statement_keyword
