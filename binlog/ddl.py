@@ -781,6 +781,48 @@ def _put(slots: list[_Slot], slot: _Slot, where: tuple[str, str | None] | None) 
         raise DdlError(f"AFTER names an unknown column {where[1]}")
 
 
+@dataclass(eq=False)
+class _Placement:
+    """A column an ALTER places once its clauses without a position are done: ``where`` (FIRST, AFTER a name, or
+    None: last). ``replaces``: the name of a column the statement adds, which a CHANGE or MODIFY of it takes out
+    (the server finds that one by the name the CHANGE gives, not the one it changes)."""
+
+    slot: _Slot
+    where: tuple[str, str | None] | None
+    replaces: str | None = None
+
+
+def _added_name(placements: list[_Placement], name: str) -> bool:
+    """Whether an earlier clause of the statement adds a column ``name`` (as a later CHANGE of it leaves it)."""
+    folded = fold_name(name)
+    names: list[str] = []
+    for placement in placements:
+        if placement.slot.origin:
+            continue  # a column of the table, moved
+        if placement.replaces is not None:
+            names = [n for n in names if n != fold_name(placement.replaces)]
+        names.append(fold_name(placement.slot.column.name))
+    return folded in names
+
+
+def _place(slots: list[_Slot], placements: list[_Placement], key: tuple[_Slot | str, ...]) -> tuple[_Slot | str, ...]:
+    """The second pass of an ALTER: each column placed, in clause order, among those the list has by then."""
+    for placement in placements:
+        if placement.replaces is not None:
+            index = _added(slots, placement.replaces)
+            if index < 0:
+                raise DdlError(f"CHANGE or MODIFY of a column {placement.replaces} the statement has not added")
+            replaced = slots.pop(index)
+            key = tuple(placement.slot if k is replaced else k for k in key)
+        elif placement.slot in slots:  # a column of the table a CHANGE or MODIFY moves
+            slots.remove(placement.slot)
+        name = placement.slot.column.name
+        if any(fold_name(slot.column.name) == fold_name(name) for slot in slots):
+            raise DdlError(f"ADD of an existing column {name}")  # the server refuses a table with two
+        _put(slots, placement.slot, placement.where)
+    return key
+
+
 def _names(slots: list[_Slot]) -> list[str]:
     """Every name a clause may find a column by: the table's before the statement, and those the statement gives."""
     return [slot.origin for slot in slots if slot.origin] + [slot.column.name for slot in slots]
@@ -1082,13 +1124,19 @@ class DdlApplier:
         charset = current.charset
         rename_to: tuple[str, str] | None = None
         versioning: bool | None = None  # ADD or DROP SYSTEM VERSIONING
+        # The server changes the columns in two passes (mysql_prepare_alter_table): first every DROP, RENAME COLUMN,
+        # CHANGE and MODIFY of the table's columns, in place; then, in clause order, the columns it places: ADDs,
+        # CHANGE/MODIFY with FIRST or AFTER (taken from their place then), and CHANGE/MODIFY of a column the
+        # statement adds (that one goes, the new definition is placed, last without a position). An AFTER names a
+        # column as the list stands then: by its new name, and among the added columns only those placed so far.
+        placements: list[_Placement] = []
         while not p.at_end():
             if p.accept_seq("ADD", "SYSTEM", "VERSIONING"):
                 versioning = True
             elif p.accept_seq("DROP", "SYSTEM", "VERSIONING"):
                 versioning = False
             elif p.accept("ADD"):
-                key = self._alter_add(p, slots, key, charset)
+                key = self._alter_add(p, slots, placements, key, charset, current)
             elif p.accept("DROP"):
                 key = self._alter_drop(p, slots, key)
             elif p.accept("MODIFY", "CHANGE"):
@@ -1103,18 +1151,22 @@ class DdlApplier:
                 where = p.position()
                 index = _original(slots, old or name)
                 if index < 0:
-                    index = _added(slots, old or name)  # the server takes a column this statement ADDs too
-                if index < 0:
-                    _refuse_unsure_name(old or name, _names(slots))
+                    # Not a column of the table: the server takes the column this statement ADDs under the new name
+                    # (CHANGE y x of an added x replaces x, whatever y is).
+                    if _added_name(placements, name):
+                        slot = _Slot(build_column(spec, charset), "", spec)
+                        placements.append(_Placement(slot, where, replaces=name))
+                        key = (slot,) if spec.primary else key
+                        continue
+                    _refuse_unsure_name(old or name, _names(slots) + [pl.slot.column.name for pl in placements])
                     if exists:
                         continue
                     raise DdlError(f"{'CHANGE' if change else 'MODIFY'} of an unknown column {old or name}")
                 replaced = slots.pop(index)
                 slot = _Slot(build_column(spec, charset), replaced.origin, spec)
-                if where is None:
-                    slots.insert(index, slot)
-                else:
-                    _put(slots, slot, where)
+                slots.insert(index, slot)  # by its new name, until its turn to move comes
+                if where is not None:
+                    placements.append(_Placement(slot, where))
                 key = (slot,) if spec.primary else tuple(slot if k is replaced else k for k in key)
             elif p.accept("RENAME"):
                 if p.accept("COLUMN"):
@@ -1142,7 +1194,7 @@ class DdlApplier:
                     raise DdlError("CONVERT TO without CHARACTER SET")
                 new = p.charset_name()
                 target = self.model.database_charset(schema) if new.upper() == "DEFAULT" else _charset_alias(new)
-                for slot in slots:
+                for slot in slots + [placement.slot for placement in placements]:
                     if slot.spec is None:  # the table's column: its data converted (a TEXT grows to hold as many)
                         slot.column = _converted(slot.column, target)
                     else:  # defined by this statement: made in the charset, as any column with no charset of its own
@@ -1162,6 +1214,12 @@ class DdlApplier:
                     break
                 p.skip_clause()
                 p.accept_op(",")
+        key = _place(slots, placements, key)
+        kept = {slot.origin for slot in slots}
+        for name in current.primary_key:
+            if fold_name(name) not in kept and _added(slots, name) >= 0:
+                # The server keeps a key's parts by name: the added column takes the dropped one's place in the key.
+                raise DdlError(f"ALTER TABLE drops the primary key column {name} and adds one of that name")
         if versioning is False:  # its own ROW START/END columns the statement must DROP itself, or the server refuses
             slots = [slot for slot in slots if not slot.column.hidden]
         elif versioning:
@@ -1188,7 +1246,13 @@ class DdlApplier:
         changes.append(Change(*self.model.stored_name(schema, table), definition, source))
 
     def _alter_add(
-        self, p: _Parser, slots: list[_Slot], key: tuple[_Slot | str, ...], charset: str
+        self,
+        p: _Parser,
+        slots: list[_Slot],
+        placements: list[_Placement],
+        key: tuple[_Slot | str, ...],
+        charset: str,
+        before: TableDef,
     ) -> tuple[_Slot | str, ...]:
         token = p.peek()
         if token is not None and token.is_word("CONSTRAINT", "PRIMARY", "UNIQUE"):
@@ -1204,28 +1268,40 @@ class DdlApplier:
         exists = p.if_not_exists()
         if p.accept_op("("):
             while True:
-                key = self._add_one(p, slots, key, charset, exists)
+                key = self._add_one(p, slots, placements, key, charset, exists, before)
                 if p.accept_op(")"):
                     return key
                 p.expect_op(",")
-        return self._add_one(p, slots, key, charset, exists)
+        return self._add_one(p, slots, placements, key, charset, exists, before)
 
     def _add_one(
-        self, p: _Parser, slots: list[_Slot], key: tuple[_Slot | str, ...], charset: str, if_not_exists: bool
+        self,
+        p: _Parser,
+        slots: list[_Slot],
+        placements: list[_Placement],
+        key: tuple[_Slot | str, ...],
+        charset: str,
+        if_not_exists: bool,
+        before: TableDef,
     ) -> tuple[_Slot | str, ...]:
         name = p.identifier()
         spec = p.column_spec(name)
         where = p.position()
-        if any(fold_name(slot.column.name) == fold_name(name) for slot in slots):
-            if if_not_exists:
+        if if_not_exists:
+            # Whether the server looks for the name in the table as it was or as the clauses before leave it, the
+            # history cannot tell: only where both answers agree is the clause certain.
+            names = [slot.column.name for slot in slots] + [placement.slot.column.name for placement in placements]
+            now = any(fold_name(existing) == fold_name(name) for existing in names)
+            then = before.index(name) >= 0
+            if now != then:
+                raise DdlError(f"ADD COLUMN IF NOT EXISTS {name}, a name the statement's other clauses give or take")
+            if now:
                 return key
-            raise DdlError(f"ADD of an existing column {name}")
-        if if_not_exists:  # the server adds it only if it finds no column of that name
-            _refuse_unsure_name(name, [slot.column.name for slot in slots])
+            _refuse_unsure_name(name, names + [column.name for column in before.columns])
         slot = _Slot(build_column(spec, charset), "", spec)
         if spec.unique and _hashed(_UniqueKey(((name, None),), False), [slot.column], ""):
             raise DdlError(f"ALTER TABLE adds a column {name} with a long UNIQUE key, kept by a hidden hash column")
-        _put(slots, slot, where)
+        placements.append(_Placement(slot, where))
         return (slot,) if spec.primary else key
 
     def _alter_drop(self, p: _Parser, slots: list[_Slot], key: tuple[_Slot | str, ...]) -> tuple[_Slot | str, ...]:

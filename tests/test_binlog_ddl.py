@@ -247,6 +247,90 @@ def test_random_ddl_matches_information_schema(mariadb: MariaDB, seed: int) -> N
             mariadb.execute(f"DROP DATABASE IF EXISTS {name}")
 
 
+def test_an_alter_places_its_columns_after_its_other_clauses(mariadb: MariaDB) -> None:
+    """Each against information_schema: an AFTER names the column a CHANGE renames by its new name; a MODIFY without a
+    position of a column the statement adds puts it last; a CHANGE ... AFTER moves its column once the renames are
+    done."""
+    schema = "ddlplacing"
+    statements = [f"CREATE DATABASE {schema}"]
+    for table, alter in [
+        ("t1", "ADD d INT AFTER b, CHANGE b x INT, CHANGE a b INT"),  # id, b, d, x, c
+        ("t2", "ADD z INT AFTER a, DROP COLUMN a, CHANGE b a INT"),  # id, a, z, c
+        ("t3", "MODIFY b INT AFTER c, CHANGE a c INT, CHANGE c z INT"),  # id, c, b, z
+        ("t4", "ADD x INT AFTER id, MODIFY x INT"),  # id, a, b, c, x
+        ("t5", "ADD x INT, ADD y INT, MODIFY x INT"),  # id, a, b, c, y, x
+        ("t6", "ADD x INT FIRST, CHANGE nope x BIGINT AFTER b"),  # id, a, b, x, c: the added x, by its new name
+    ]:
+        statements.append(f"CREATE TABLE {table} (id INT PRIMARY KEY, a INT, b INT, c INT)")
+        statements.append(f"ALTER TABLE {table} {alter}")
+    _follow(mariadb, [schema], statements, lambda sql, model: None)
+
+
+def _placing_alter(rnd: random.Random, columns: list[str]) -> str:
+    """An ALTER of a few clauses over a small table whose names recur (a clause may name a column another renames,
+    adds or drops), most of them placing a column."""
+    pool = ["a", "b", "c", "d", "x", "y"]
+    named = list(columns)  # the names a clause may refer to: the table's, and those earlier clauses give
+    clauses = []
+    for _ in range(rnd.randint(2, 4)):
+        old = rnd.choice(named if rnd.random() < 0.8 else pool)
+        new = rnd.choice(pool)
+        position = rnd.choice(["", "", " FIRST", f" AFTER {rnd.choice(named)}"])
+        kind = rnd.choice(["add", "add", "drop", "change", "modify", "rename"])
+        if kind == "add":
+            clauses.append(f"ADD {new} INT{position}")
+        elif kind == "drop":
+            clauses.append(f"DROP COLUMN {old}")
+        elif kind == "change":
+            clauses.append(f"CHANGE {old} {new} {rnd.choice(['INT', 'BIGINT'])}{position}")
+        elif kind == "modify":
+            clauses.append(f"MODIFY {old} {rnd.choice(['INT', 'BIGINT'])}{position}")
+        else:
+            clauses.append(f"RENAME COLUMN {old} TO {new}")
+        named.append(new)
+    return "ALTER TABLE t " + ", ".join(clauses)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_columns_an_alter_places_are_where_the_server_puts_them(mariadb: MariaDB, seed: int) -> None:
+    """The server places ADDed columns and those a CHANGE or MODIFY moves once every clause without a position is
+    done, in clause order, among the columns as they stand then (an AFTER names a column by its new name). Random
+    ALTERs that place columns, each applied where the server took it: the history's columns are the server's, or the
+    statement is unreadable (never a wrong order)."""
+    schema = f"ddlplace{seed}"
+    mariadb.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
+    rnd = random.Random(seed)
+    conn = mariadb.connect(schema)
+
+    def query(sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return list(cur.fetchall())
+
+    applied = unreadable = 0
+    try:
+        for _ in range(300):
+            if rnd.random() < 0.1 or not query("SHOW TABLES"):
+                query("CREATE OR REPLACE TABLE t (id INT PRIMARY KEY, a INT, b INT, c INT)")
+            model = read_model(query, [schema])
+            sql = _placing_alter(rnd, [c.name for c in model.tables[(schema, "t")].columns])
+            try:
+                query(sql)
+            except pymysql.err.MySQLError:
+                continue  # refused by the server: not in the binlog either
+            try:
+                apply_statement(model, schema, sql)
+            except DdlError:
+                unreadable += 1
+                continue
+            applied += 1
+            _assert_same(model, read_model(query, [schema]), sql)
+        assert applied > 30 and unreadable < applied / 4, (applied, unreadable)
+    finally:
+        conn.close()
+        mariadb.execute(f"DROP DATABASE IF EXISTS {schema}")
+
+
 def test_statement_forms(mariadb: MariaDB) -> None:
     """Each form of the issue, once, in a fixed order (the random test may miss one)."""
     s1, s2 = "ddlforms1", "ddlforms2"
