@@ -253,7 +253,7 @@ def _parse_optional(body: bytes, pos: int, types: list[int], mariadb: bool) -> O
             flags = _msb_bits(value, len(numeric))
             meta.unsigned = [False] * count
             for index, flag in zip(numeric, flags, strict=True):
-                meta.unsigned[index] = flag
+                meta.unsigned[index] = flag and types[index] != MYSQL_TYPE_YEAR  # its bit is read, never shown
         elif field_type in (DEFAULT_CHARSET, COLUMN_CHARSET):
             charsets.update(_charset_field(value, character, field_type == DEFAULT_CHARSET))
             seen_charset = True
