@@ -131,16 +131,17 @@ class MariaDB:
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise RuntimeError(f"mariadbd exited with {self.process.returncode}: {self._log_tail()}")
+                raise RuntimeError(f"mariadbd exited with {self.process.returncode}: {self.error_tail()}")
             try:
                 self.connect().close()
                 return
             except pymysql.err.OperationalError as exc:
                 last_error = exc
                 time.sleep(0.1)
-        raise RuntimeError(f"mariadbd did not accept connections in {timeout}s ({last_error}): {self._log_tail()}")
+        raise RuntimeError(f"mariadbd did not accept connections in {timeout}s ({last_error}): {self.error_tail()}")
 
-    def _log_tail(self) -> str:
+    def error_tail(self) -> str:
+        """The end of the server's error log (why it stopped, when it did)."""
         try:
             return self.error_log.read_text(errors="replace")[-2000:]
         except OSError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -16,10 +17,15 @@ from tests.helpers.mariadb import MariaDB
 from tests.helpers.processes import stop_all
 from tests.helpers.scratch import scratch_dir
 
+#: The session's servers: a test after one that crashed its server finds it started again (the_servers_live).
+_session_servers: list[MariaDB] = []
 
-def _start_server(name: str, *, row_metadata_full: bool) -> MariaDB:
+
+def _start_server(name: str, *, row_metadata_full: bool, row_metadata: str | None = None) -> MariaDB:
     base = scratch_dir(f"relay-{name}-")
-    return MariaDB(base, row_metadata_full=row_metadata_full).start()
+    server = MariaDB(base, row_metadata_full=row_metadata_full, row_metadata=row_metadata).start()
+    _session_servers.append(server)
+    return server
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +48,7 @@ def mariadb_no_metadata() -> Iterator[MariaDB]:
 def mariadb_minimal_metadata() -> Iterator[MariaDB]:
     """A private MariaDB with ``--binlog-row-metadata=MINIMAL``: signedness and charsets, no column names (the
     default of MySQL)."""
-    base = scratch_dir("relay-mariadb-minimal-")
-    server = MariaDB(base, row_metadata_full=False, row_metadata="MINIMAL").start()
+    server = _start_server("mariadb-minimal", row_metadata_full=False, row_metadata="MINIMAL")
     yield server
     server.destroy()
 
@@ -71,6 +76,19 @@ def fresh_schema(request: pytest.FixtureRequest) -> Iterator[tuple[MariaDB, str]
     yield server, name
     if server.running:
         server.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture(autouse=True)
+def _the_servers_live() -> Iterator[None]:
+    """A session server that died in a test (mariadbd itself crashing) is started again after it, saying so: the
+    test that met it fails, the ones after it run against a live server."""
+    yield
+    for server in _session_servers:
+        if server.process is not None and server.process.poll() is not None:
+            print(f"\nmariadbd of {server.base_dir.name} exited ({server.process.returncode}); starting it again:\n"
+                  f"{server.error_tail()}", file=sys.stderr)  # fmt: skip
+            server.process = None
+            server.start()
 
 
 @pytest.fixture(autouse=True)
