@@ -59,6 +59,7 @@ class MariaDB:
         self.socket_path = self.base_dir / "mariadb.sock"
         self.pid_file = self.base_dir / "mariadb.pid"
         self.error_log = self.base_dir / "error.log"
+        self.tmp_dir = self.base_dir / "tmp"
         self.host = "127.0.0.1"
         self.port = free_tcp_port()
         self.row_metadata_full = row_metadata_full
@@ -72,6 +73,7 @@ class MariaDB:
 
     def start(self) -> MariaDB:
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(exist_ok=True)
         if not (self.datadir / "mysql").exists():
             self._install_datadir()
         args = [
@@ -82,6 +84,10 @@ class MariaDB:
             f"--socket={self.socket_path}",
             f"--pid-file={self.pid_file}",
             f"--log-error={self.error_log}",
+            # A folder of its own for temporary files: a server starting removes every #sql* file in its tmpdir, and
+            # in a shared /tmp those are other running servers' temporary tables (an information_schema query's, on
+            # disk), which then crash in the middle of the query.
+            f"--tmpdir={self.tmp_dir}",
             "--bind-address=127.0.0.1",
             "--skip-name-resolve",
             f"--server-id={self.server_id}",
@@ -117,6 +123,7 @@ class MariaDB:
                 f"--datadir={self.datadir}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
+                f"--tmpdir={self.tmp_dir}",
                 *(["--user=root"] if os.geteuid() == 0 else []),
             ],
             capture_output=True,
