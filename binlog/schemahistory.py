@@ -65,6 +65,15 @@ class Version:
     definition: TableDef | None
     statement: str = ""  # the DDL that made it; "" for a baseline
     baseline: bool = False
+    # The table's doubt from here on (MARK_UNREADABLE, MARK_STALE, or none): kept with the versions, so that a worker
+    # started again after the checkpoint passed it still gives the table's rows positional names until a re-read.
+    mark: str = ""
+
+
+# A DDL of the table could not be applied: its layout is unknown.
+MARK_UNREADABLE = "unreadable"
+# A TABLE_MAP disagreed with the layout: it waits to be re-read from information_schema.
+MARK_STALE = "stale"
 
 
 class HistoryStore(Protocol):
@@ -135,6 +144,7 @@ class CatchingUp(Protocol):
 Reread = Callable[[Sequence[str]], tuple[SchemaModel, Position] | None]
 
 REREAD_STATEMENT = "-- re-read from information_schema"
+STALE_STATEMENT = "-- a TABLE_MAP disagreed: to be re-read from information_schema"
 
 
 class SchemaHistory:
@@ -171,6 +181,7 @@ class SchemaHistory:
         self._lock = threading.Lock()
         self.position: Position | None = None
         self.model = self._model_at(None)
+        self._marks_at(None)
 
     # -- state ------------------------------------------------------------------------------------------------------
 
@@ -198,6 +209,22 @@ class SchemaHistory:
                     model.set_database(version.schema, None)
         return model
 
+    def _marks_at(self, position: Position | None) -> None:
+        """The marks (``unreadable``, ``stale``) as the versions at or before ``position`` leave them: each version
+        carries its table's mark from there on."""
+        limit = position_key(position) if position is not None else None
+        self.unreadable.clear()
+        self.stale.clear()
+        for version in self.versions:
+            if limit is not None and not version.baseline and position_key(version.position) > limit:
+                continue
+            key = self._fold((version.schema, version.table))
+            self._unmark(key)
+            if version.mark == MARK_UNREADABLE:
+                self.unreadable.add(key)
+            if version.mark and self.reread is not None:
+                self.stale[key] = (version.schema, version.table)
+
     def rewind(self, position: Position) -> None:
         """The decoder starts (again) at ``position``: the layouts in force there, without later versions."""
         if not position.file:
@@ -209,6 +236,7 @@ class SchemaHistory:
             later = [v for v in self.versions if not v.baseline and position_key(v.position) > limit]
             self._forget(later, str(position))
             self.model = self._model_at(position)
+            self._marks_at(position)
             self.position = position
             baseline = self.baseline_position
             if baseline is not None and position_key(position) < position_key(baseline):
@@ -221,6 +249,7 @@ class SchemaHistory:
             later = [v for v in self.versions if not v.baseline and gtid_within(v.position.gtid, state) is False]
             self._forget(later, f"GTID {state}")
             self.model = self._model_at(None)
+            self._marks_at(None)
             self.position = None
             baseline = self.baseline_position
             if baseline is not None and gtid_within(baseline.gtid, state) is False:
@@ -299,11 +328,30 @@ class SchemaHistory:
                         self.stale[key] = (change.schema, change.table)
                 elif redefines:
                     self._unmark(key)
-                self._record(Version(change.schema, change.table, position, change.definition, query[:2000]))
+                mark = self._mark_of(key) if change.definition is not None else ""
+                self._record(Version(change.schema, change.table, position, change.definition, query[:2000], mark=mark))
 
     def _unmark(self, key: tuple[str, str]) -> None:
         self.unreadable.discard(key)
         self.stale.pop(key, None)
+
+    def _mark_of(self, key: tuple[str, str]) -> str:
+        return MARK_UNREADABLE if key in self.unreadable else MARK_STALE if key in self.stale else ""
+
+    def _record_mark(self, key: tuple[str, str], position: Position, statement: str) -> None:
+        """Records a table's new mark as a version of its unchanged layout. A table the history does not have needs
+        none: its rows get positional names anyway."""
+        definition = self.model.get(*key)
+        if definition is None:
+            return
+        schema, table = self.model.stored_name(*key)
+        mark = self._mark_of(self._fold(key))
+        latest = next((v for v in reversed(self.versions) if (v.schema, v.table) == (schema, table)), None)
+        if latest is not None and latest.position == position and not latest.baseline:
+            # A stored version replaces the same table's versions at its position: keep the DDL that made this one.
+            self._record(replace(latest, mark=mark))
+            return
+        self._record(Version(schema, table, position, definition, statement[:2000], mark=mark))
 
     def _report_unreadable(self, schema: str, query: str, position: Position, reason: str, sql_mode: int) -> None:
         named = tables_named(query, schema, sql_mode)
@@ -318,6 +366,7 @@ class SchemaHistory:
             self.unreadable.add(self._fold(key))
             if self.reread is not None:
                 self.stale[self._fold(key)] = key
+            self._record_mark(key, position, query)
         message = (
             f"schema history: cannot apply the DDL at {position} (default database {_printable(schema)!r}): "
             f"{reason}; rows of {which} get positional names until a later DDL defines them or they are re-read. "
@@ -414,6 +463,10 @@ class SchemaHistory:
     def _stale(self, key: tuple[str, str], tm: TableMap) -> None:
         if self.reread is not None:
             self.stale[key] = (tm.schema, tm.table)
+            # Kept from the last position the history knows, at or before this TABLE_MAP: a start between the two
+            # gives the table positional names a little early, never names that may be wrong.
+            if self.position is not None:
+                self._record_mark((tm.schema, tm.table), self.position, STALE_STATEMENT)
 
     # -- re-reading a table the history lost -------------------------------------------------------------------------
 

@@ -577,6 +577,13 @@ class SchemaVersion(models.Model):
     charset = models.CharField(max_length=64, blank=True, default="")
     statement = models.TextField(blank=True, default="")
     baseline = models.BooleanField(default=False)
+    mark = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="the table's doubt from here on: 'unreadable' (a DDL of it could not be applied) or 'stale' (a "
+        "TABLE_MAP disagreed); its rows get positional names until it is re-read or created again",
+    )
     recorded = models.DateTimeField(auto_now_add=True)
 
     class Meta:

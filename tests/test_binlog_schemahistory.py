@@ -19,7 +19,7 @@ from binlog import Position, read_binlog_files
 from binlog.cli import main
 from binlog.ddl import apply_statement
 from binlog.events import parse_query
-from binlog.schemahistory import REREAD_STATEMENT, SchemaHistory, read_current, read_model
+from binlog.schemahistory import MARK_STALE, MARK_UNREADABLE, REREAD_STATEMENT, SchemaHistory, read_current, read_model
 from binlog.schemamodel import SchemaModel
 from tests.helpers.mariadb import MariaDB
 
@@ -166,7 +166,8 @@ def test_a_lost_table_is_re_read_only_when_provably_current(mariadb_no_metadata:
     decoder_at = server.binlog_position()
     server.execute("INSERT INTO t VALUES (2, 'a', 'b')", database=schema)  # the source moves on: not current
     assert not history.caught_up(Position(*decoder_at))
-    assert [v.baseline for v in history.tables()[(schema, "t")]] == [True]
+    # No new layout, only the mark (kept with the versions, so that a restart keeps it too).
+    assert [(v.baseline, v.mark) for v in history.tables()[(schema, "t")]] == [(True, ""), (False, MARK_STALE)]
     assert read(*decoder_at) == [("@1", "@2", "@3")]  # still lost: positional, never guessed
     now = server.binlog_position()
     assert history.caught_up(Position(*now))
@@ -341,7 +342,9 @@ def test_ddl_its_charset_cannot_decode_makes_the_table_positional() -> None:
     assert len(problems) == 1 and "client charset" in problems[0] and "caf\\xe9" in problems[0], problems
     # Every table whose name those bytes may be (any characters in their place), and only those.
     assert ("s", "café") in history.unreadable and ("s", "caf") not in history.unreadable
-    assert [v.statement for v in history.versions] == ["", ""]  # nothing applied
+    # Nothing applied: only the mark, on the layout from before.
+    assert [(v.table, v.statement, v.mark) for v in history.versions[2:]] == [("café", unknown, MARK_UNREADABLE)]
+    assert history.versions[2].definition == model.get("s", "café")
     # A new table with a label those bytes are in: not made with a guessed label (its rows get positional names).
     history.statement(schema, "CREATE TABLE t (e ENUM('caf\udce9'))", Position("binlog.000001", 450))
     assert len(problems) == 2 and history.model.get("s", "t") is None

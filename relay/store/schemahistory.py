@@ -1,10 +1,12 @@
 """The schema history in the store: binlog.schemahistory's ``HistoryStore`` over SchemaVersion and SchemaBaseline.
 
 Versions are saved by the worker inside the store transaction of the batch whose DDL made them (``Ingestor.apply``),
-so a kill at any instant leaves history and checkpoint in agreement. A first start takes a baseline from the source's
-information_schema and records the position it belongs to; ``manage.py rebaseline`` takes a new one, for the
-whole source or for some tables (after an incident: a DDL the history could not read, a change made with
-sql_log_bin=0). A running worker keeps the history it loaded: restart it after a re-baseline.
+so a kill at any instant leaves history and checkpoint in agreement; so are the marks of the tables it doubts (a
+version's ``mark``), so that a restart still gives their rows positional names until they are re-read. A first start
+takes a baseline from the source's information_schema and records the position it belongs to; ``manage.py
+rebaseline`` takes a new one, for the whole source or for some tables (after an incident: a DDL the history could
+not read, a change made with sql_log_bin=0). A running worker keeps the history it loaded: restart it after a
+re-baseline.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def _row(source: str, version: Version) -> SchemaVersion:
         charset=definition.charset if definition is not None else "",
         statement=version.statement,
         baseline=version.baseline,
+        mark=version.mark,
     )
 
 
@@ -80,6 +83,7 @@ def _version(row: SchemaVersion) -> Version:
         definition,
         row.statement,
         row.baseline,
+        row.mark,
     )
 
 
