@@ -856,10 +856,13 @@ def _changes_tables(tokens: list[Token]) -> bool:
 
 
 class DdlApplier:
-    """Applies statements to a model; each ``apply`` returns the tables it changed."""
+    """Applies statements to a model; each ``apply`` returns the tables it changed. With ``temporary``, CREATE and
+    DROP of a TEMPORARY table are applied like those of a table (to a session's own model of its temporary tables);
+    without it they change nothing."""
 
-    def __init__(self, model: SchemaModel) -> None:
+    def __init__(self, model: SchemaModel, *, temporary: bool = False) -> None:
         self.model = model
+        self.temporary = temporary
 
     def apply(self, default_schema: str, sql: str, sql_mode: int = 0) -> list[Change]:
         parser = _Parser(tokenize(sql, sql_mode))
@@ -898,7 +901,7 @@ class DdlApplier:
             if not self.model.has_database(name) or replace_:
                 self.model.set_database(name, charset)
             return
-        if p.accept("TEMPORARY"):
+        if p.accept("TEMPORARY") and not self.temporary:
             return  # temporary tables are the session's own: they never appear in TABLE_MAPs of other tables
         if p.accept("SEQUENCE"):
             self._create_sequence(p, default_schema, changes)
@@ -1335,7 +1338,7 @@ class DdlApplier:
             for schema, table in self.model.drop_database(name):
                 changes.append(Change(schema, table, None))
             return
-        if p.accept("TEMPORARY"):
+        if p.accept("TEMPORARY") and not self.temporary:
             return
         if not p.accept("TABLE", "TABLES", "SEQUENCE"):
             return
@@ -1381,7 +1384,9 @@ def _converted(column: Column, charset: str) -> Column:
     return replace(column, charset=charset)
 
 
-def apply_statement(model: SchemaModel, default_schema: str, sql: str, sql_mode: int = 0) -> list[Change]:
+def apply_statement(
+    model: SchemaModel, default_schema: str, sql: str, sql_mode: int = 0, *, temporary: bool = False
+) -> list[Change]:
     """Applies one statement, read under the session's ``sql_mode``; the tables it changed (none for statements that
-    change no table)."""
-    return DdlApplier(model).apply(default_schema, sql, sql_mode)
+    change no table). ``temporary``: CREATE and DROP of a TEMPORARY table count too (``DdlApplier``)."""
+    return DdlApplier(model, temporary=temporary).apply(default_schema, sql, sql_mode)

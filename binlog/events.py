@@ -189,6 +189,12 @@ def parse_query(body: bytes, post_header_len: int, *, uncompress: Callable[[byte
     return Query(schema, statement_text(raw, query_client_collation(status)), query_sql_mode(status))
 
 
+def query_thread_id(body: bytes) -> int:
+    """The id of the session (connection) that ran a QUERY event's statement: its temporary tables are its own."""
+    need(body, 4, "QUERY event")
+    return int.from_bytes(body[0:4], "little")
+
+
 def parse_xid(body: bytes) -> int:
     need(body, 8, "XID event")
     return int.from_bytes(body[0:8], "little")

@@ -70,6 +70,7 @@ from binlog.events import (
     parse_query,
     parse_rotate,
     parse_xid,
+    query_thread_id,
 )
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
 from binlog.logs import logger
@@ -596,7 +597,8 @@ class EventDecoder:
             self.schema_changed()
             follow = getattr(self.provider, "statement", None)  # a schema history (binlog.schemahistory) follows DDL
             if follow is not None:
-                follow(schema, query, Position(self.file, self.pos, self.trx_gtid), sql_mode)
+                where = Position(self.file, self.pos, self.trx_gtid)
+                follow(schema, query, where, sql_mode, session=query_thread_id(body))
         if not self.in_transaction:
             self.trx_timestamp = self.trx_timestamp or timestamp
             return self._commit(timestamp)

@@ -90,7 +90,9 @@ class HistoryStore(Protocol):
 class DdlListener(Protocol):
     """A schema provider that wants the DDL statements of the stream (``binlog.parser`` calls it)."""
 
-    def statement(self, schema: str, query: str, position: Position, sql_mode: int = 0) -> None: ...
+    def statement(
+        self, schema: str, query: str, position: Position, sql_mode: int = 0, *, session: int | None = None
+    ) -> None: ...
 
 
 @runtime_checkable
@@ -178,6 +180,10 @@ class SchemaHistory:
         # Tables reported since (mismatch, unreadable DDL, unknown): re-read at the next provably current heartbeat.
         self.stale: dict[tuple[str, str], tuple[str, str]] = {}  # key -> (schema, table) as named
         self._reported: set[tuple[str, str, str]] = set()
+        # Each session's temporary tables (by the QUERY events' thread id), from CREATE TEMPORARY TABLE to its DROP
+        # (logged for each one left when the session ends, too): a MIXED or STATEMENT session logs its DDL on one
+        # as if on the table of that name, which the temporary hides from it. Layout None: not known.
+        self.temporary: dict[int | None, dict[tuple[str, str], TableDef | None]] = {}
         self._lock = threading.Lock()
         self.position: Position | None = None
         self.model = self._model_at(None)
@@ -292,44 +298,126 @@ class SchemaHistory:
 
     # -- the decoder's side -------------------------------------------------------------------------------------------
 
-    def statement(self, schema: str, query: str, position: Position, sql_mode: int = 0) -> None:
+    def statement(
+        self, schema: str, query: str, position: Position, sql_mode: int = 0, *, session: int | None = None
+    ) -> None:
         """A DDL statement (or any statement the decoder thinks may be one) at ``position`` (its end), run under the
-        session's ``sql_mode`` (ANSI_QUOTES and NO_BACKSLASH_ESCAPES change how its text reads)."""
+        session's ``sql_mode`` (ANSI_QUOTES and NO_BACKSLASH_ESCAPES change how its text reads) by the connection
+        ``session`` (its thread id: its temporary tables are its own)."""
         with self._lock:
             baseline = self.baseline_position
-            if baseline is not None and position_key(position) <= position_key(baseline):
-                return  # the baseline was read after it: it shows its effect already
+            # The baseline was read after it: it shows its effect already (but not on temporary tables).
+            before_baseline = baseline is not None and position_key(position) <= position_key(baseline)
+            if self._session_statement(schema, query, position, sql_mode, session, before_baseline):
+                return
+            if before_baseline:
+                return
             self.position = position
             try:
                 changes = apply_statement(self.model, schema, query, sql_mode)
             except DdlError as exc:
                 self._report_unreadable(schema, query, position, str(exc), sql_mode)
                 return
-            # Only a CREATE (or a drop) says all there is to know about a table; an ALTER of a table the history
-            # has lost leaves it lost, and its rows keep positional names until it is re-read.
+            self._record_changes(changes, query, position, sql_mode)
+
+    def _record_changes(self, changes: list[Change], query: str, position: Position, sql_mode: int) -> None:
+        """Records the versions ``changes`` (applied to the model) make, with their tables' marks."""
+        # Only a CREATE (or a drop) says all there is to know about a table; an ALTER of a table the history
+        # has lost leaves it lost, and its rows keep positional names until it is re-read.
+        tokens = tokenize(query, sql_mode)
+        first = tokens[statement_start(tokens) :][:1]  # past SET STATEMENT ... FOR
+        redefines = bool(first) and first[0].is_word("CREATE")
+        # A layout taken from another table (RENAME, CREATE ... LIKE) is as doubtful as it was there: the marks
+        # go with it. A renamed table's marks are kept here as its old name goes, for the new name that follows.
+        gone: dict[tuple[str, str], tuple[bool, bool]] = {}
+        for change in changes:
+            key = self._fold((change.schema, change.table))
+            if change.definition is None:
+                gone[key] = (key in self.unreadable, key in self.stale)
+                self._unmark(key)
+            elif change.source is not None:
+                source = self._fold(change.source)
+                unreadable, stale = gone.get(source, (source in self.unreadable, source in self.stale))
+                self._unmark(key)
+                if unreadable:
+                    self.unreadable.add(key)
+                if stale:
+                    self.stale[key] = (change.schema, change.table)
+            elif redefines:
+                self._unmark(key)
+            mark = self._mark_of(key) if change.definition is not None else ""
+            self._record(Version(change.schema, change.table, position, change.definition, query[:2000], mark=mark))
+
+    def _session_statement(
+        self, schema: str, query: str, position: Position, sql_mode: int, session: int | None, before_baseline: bool
+    ) -> bool:
+        """Follows the temporary tables of ``session``: a CREATE or DROP of one, and any DDL naming one (which the
+        statement changes, not the table of that name). True when the statement was handled here."""
+        try:
             tokens = tokenize(query, sql_mode)
-            first = tokens[statement_start(tokens) :][:1]  # past SET STATEMENT ... FOR
-            redefines = bool(first) and first[0].is_word("CREATE")
-            # A layout taken from another table (RENAME, CREATE ... LIKE) is as doubtful as it was there: the marks
-            # go with it. A renamed table's marks are kept here as its old name goes, for the new name that follows.
-            gone: dict[tuple[str, str], tuple[bool, bool]] = {}
-            for change in changes:
-                key = self._fold((change.schema, change.table))
+        except DdlError:
+            return False
+        head = tokens[statement_start(tokens) :][:4]
+        creates = bool(head) and head[0].is_word("CREATE")
+        creates_temporary = creates and any(t.is_word("TEMPORARY") for t in head[1:])  # CREATE [OR REPLACE] TEMPORARY
+        drops_temporary = len(head) > 1 and head[0].is_word("DROP") and head[1].is_word("TEMPORARY")
+        temporaries = self.temporary.get(session, {})
+        named = tables_named(query, schema, sql_mode) or []
+        if not (creates_temporary or drops_temporary or any(self._fold(key) in temporaries for key in named)):
+            return False
+        # The session's view: its temporary tables in place of the tables of their names.
+        seen = self.model.copy()
+        for key, definition in temporaries.items():
+            seen.remove(*key)
+            if definition is not None:
+                seen.put(*key, definition)
+        if creates_temporary and named and self._fold(named[0]) not in temporaries:
+            seen.remove(*named[0])  # a table of that name does not keep the temporary one from being made
+        try:
+            changes = apply_statement(seen, schema, query, sql_mode, temporary=True)
+        except DdlError as exc:
+            if creates_temporary or drops_temporary:
+                changes = [Change(*key, None) for key in named] if drops_temporary else []
+                if creates_temporary and named:
+                    temporaries[self._fold(named[0])] = None  # its layout is not known: a LIKE of it cannot be read
+            else:
+                # A CREATE ... LIKE a temporary table of unknown layout, or DDL on one that cannot be read: the
+                # temporary tables it names are unknown from here on, the other tables it names unreadable.
+                for key in named:
+                    if self._fold(key) in temporaries:
+                        temporaries[self._fold(key)] = None
+                real = [key for key in named if self._fold(key) not in temporaries]
+                if real and not before_baseline:
+                    self.position = position
+                    self._report_unreadable(schema, query, position, str(exc), sql_mode, named=real)
+                changes = []
+        was_temporary = set(temporaries)  # a RENAME drops the old name before it makes the new one
+        real_changes: list[Change] = []
+        for change in changes:
+            key = self._fold((change.schema, change.table))
+            from_temporary = change.source is not None and self._fold(change.source) in was_temporary
+            if creates_temporary or drops_temporary or key in was_temporary or (from_temporary and not creates):
                 if change.definition is None:
-                    gone[key] = (key in self.unreadable, key in self.stale)
-                    self._unmark(key)
-                elif change.source is not None:
-                    source = self._fold(change.source)
-                    unreadable, stale = gone.get(source, (source in self.unreadable, source in self.stale))
-                    self._unmark(key)
-                    if unreadable:
-                        self.unreadable.add(key)
-                    if stale:
-                        self.stale[key] = (change.schema, change.table)
-                elif redefines:
-                    self._unmark(key)
-                mark = self._mark_of(key) if change.definition is not None else ""
-                self._record(Version(change.schema, change.table, position, change.definition, query[:2000], mark=mark))
+                    temporaries.pop(key, None)
+                else:
+                    temporaries[key] = change.definition
+            else:
+                # A real table: CREATE TABLE ... LIKE a temporary one takes its layout, and no mark of the table
+                # the temporary one hides.
+                real_changes.append(replace(change, source=None) if from_temporary else change)
+        if temporaries:
+            self.temporary[session] = temporaries
+        else:
+            self.temporary.pop(session, None)  # ended (or never had one): a later session of its id starts afresh
+        if real_changes and not before_baseline:
+            self.position = position
+            for change in real_changes:
+                if change.definition is None:
+                    self.model.remove(change.schema, change.table)
+                else:
+                    self.model.put(change.schema, change.table, change.definition)
+            self._record_changes(real_changes, query, position, sql_mode)
+        return True
 
     def _unmark(self, key: tuple[str, str]) -> None:
         self.unreadable.discard(key)
@@ -353,8 +441,19 @@ class SchemaHistory:
             return
         self._record(Version(schema, table, position, definition, statement[:2000], mark=mark))
 
-    def _report_unreadable(self, schema: str, query: str, position: Position, reason: str, sql_mode: int) -> None:
-        named = tables_named(query, schema, sql_mode)
+    def _report_unreadable(
+        self,
+        schema: str,
+        query: str,
+        position: Position,
+        reason: str,
+        sql_mode: int,
+        named: list[tuple[str, str]] | None = None,
+    ) -> None:
+        """Marks the tables ``query`` names (``named`` when given: those of them it may have changed), or every
+        table when it names none that can be told, and reports the statement."""
+        if named is None:
+            named = tables_named(query, schema, sql_mode)
         if named is None:
             # No table can be told from it: any may have changed, so none keeps names that may be wrong.
             tables = [self.model.stored_name(*key) for key in sorted(self.model.tables)]

@@ -462,3 +462,20 @@ def test_a_tables_marks_go_with_its_layout() -> None:
     assert history.stale == {("s", "l"): ("s", "l"), ("s", "u"): ("s", "u")}
     history.statement("s", "CREATE OR REPLACE TABLE l (id INT PRIMARY KEY)", Position("binlog.000001", next(at)))
     assert history.unreadable == {("s", "u")}
+
+
+def test_a_sessions_temporary_tables_end_with_its_drop() -> None:
+    """The DROP TEMPORARY TABLE IF EXISTS the server logs for a session's temporary tables as it ends frees its
+    thread id: a later session of that id altering t alters the real t."""
+    model = SchemaModel()
+    apply_statement(model, "s", "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(20))")
+    history = SchemaHistory()
+    history.set_baseline(model, Position("binlog.000001", 4))
+    history.statement("s", "CREATE TEMPORARY TABLE t (x INT)", Position("binlog.000001", 100), session=8)
+    history.statement("s", "ALTER TABLE t ADD COLUMN y INT", Position("binlog.000001", 200), session=8)
+    history.statement("s", "ALTER TABLE t ADD COLUMN c INT", Position("binlog.000001", 300), session=9)
+    history.statement("s", "DROP /*!40005 TEMPORARY */ TABLE IF EXISTS `t`", Position("binlog.000001", 400), session=8)
+    assert history.temporary == {}
+    history.statement("s", "ALTER TABLE t DROP COLUMN a", Position("binlog.000001", 500), session=8)
+    definition = history.model.get("s", "t")
+    assert definition is not None and [c.name for c in definition.columns] == ["id", "b", "c"]

@@ -360,3 +360,48 @@ def test_a_table_after_an_unreadable_ddl_keeps_positional_names_across_a_restart
     assert WorkerStatus.objects.get().schema_problems > 0
     worker.stop()
     server.execute(f"DROP DATABASE {schema}")
+
+
+def test_ddl_on_a_temporary_table_of_a_mixed_session_leaves_the_table_it_hides(mariadb_no_metadata: MariaDB) -> None:
+    """A MIXED (or STATEMENT) session logs CREATE TEMPORARY TABLE, then its DDL on that temporary table as on any
+    table: the ALTER changes the temporary t, not the real t it hides, and CREATE TABLE ... LIKE it takes the
+    temporary layout; LIKE a temporary table whose layout the history cannot know (made by CREATE ... SELECT) gives
+    a table of unknown layout, not that of the real table of its name. Later ROW inserts keep their own names, or
+    get positional ones."""
+    server = mariadb_no_metadata
+    schema = f"sh_temporary_{random.randrange(10**6)}"
+    server.execute(
+        f"CREATE DATABASE {schema}", f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))"
+    )
+    subscribe("c", 7, schema, "t")
+    subscribe("d", 7, schema, "u")
+    subscribe("e", 7, schema, "v")
+    worker = _worker(server, server.binlog_position())
+    wait_for(SchemaBaseline.objects.exists, timeout=60, message="the schema baseline")
+    with server.connect(schema) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format = MIXED")
+        cur.execute("CREATE TEMPORARY TABLE t (id INT PRIMARY KEY, b VARCHAR(20), a VARCHAR(20))")
+        cur.execute("ALTER TABLE t RENAME COLUMN a TO b, RENAME COLUMN b TO a")  # logged as is
+        cur.execute("CREATE TABLE u LIKE t")  # id, a, b
+        cur.execute("DROP TEMPORARY TABLE t")
+        cur.execute(
+            "CREATE TEMPORARY TABLE t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20)) "
+            "SELECT 1 AS id, 'a' AS a, 'b' AS b"
+        )
+        cur.execute("CREATE TABLE v LIKE t")  # id, a, b
+        cur.execute("DROP TEMPORARY TABLE t")
+    server.execute(
+        "INSERT INTO t (id, a, b) VALUES (1, 'a', 'b')",
+        "INSERT INTO u (id, a, b) VALUES (2, 'a', 'b')",
+        "INSERT INTO v (id, a, b) VALUES (3, 'a', 'b')",
+        database=schema,
+    )
+    caught_up(server, worker)
+    rows = {name: _rows(name) for name in "cde"}
+    assert rows["c"] == [{"id": "1", "a": "a", "b": "b"}], rows
+    assert rows["d"] == [{"id": "2", "a": "a", "b": "b"}], rows
+    assert rows["e"] == [{"@1": "3", "@2": "a", "@3": "b"}], rows
+    assert f"{schema}.v" in WorkerStatus.objects.get().last_schema_problem
+    assert not SchemaVersion.objects.filter(schema_name=schema, table_name="t", baseline=False).exists()
+    worker.stop()
+    server.execute(f"DROP DATABASE {schema}")
