@@ -8,7 +8,7 @@ signedness, lengths, ENUM/SET labels), charset, nullability, primary key.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
@@ -19,18 +19,6 @@ from binlog.ddl import DdlError, apply_statement, tokenize
 from binlog.schemahistory import read_model
 from binlog.schemamodel import SchemaModel
 from tests.helpers.mariadb import MariaDB
-from tests.helpers.scratch import scratch_dir
-
-
-@pytest.fixture(scope="module")
-def mariadb() -> Iterator[MariaDB]:
-    """This module's own server, holding no other test's schemas: the information_schema reads here scan every schema
-    of the server, and mariadbd 10.11 was seen to crash in such a scan (opening a view's structure in get_all_tables)
-    of a server that the whole suite had filled, under load."""
-    server = MariaDB(scratch_dir("relay-mariadb-ddl-"), row_metadata_full=True).start()
-    yield server
-    server.destroy()
-
 
 _TYPES = [
     "INT",
