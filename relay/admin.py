@@ -558,6 +558,13 @@ class WorkerStatusAdmin(ReadOnlyAdmin):
     list_filter = ("state",)
     search_fields = ("source", "hostname", "last_error")
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """A source no worker serves any more (retired, or now named by [Server] SourceName) is forgotten here, one
+        at a time: its stopped or failed status would keep /healthz red for ever. A worker that runs keeps its row,
+        and a worker that starts again for that source makes it again."""
+        stopped = (WorkerStatus.State.STOPPED, WorkerStatus.State.FAILED)
+        return obj is not None and obj.state in stopped and request.user.has_perm("relay.delete_workerstatus")
+
     @admin.display(description="lag (s)", ordering="lag_seconds")
     def lag(self, obj: WorkerStatus) -> str:
         # Computed now, like the dashboard (relay/web/health.py); the stored number is the worker's last measure.

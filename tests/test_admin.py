@@ -114,6 +114,21 @@ def test_relay_owned_rows_are_read_only(staff: HttpClient, name: str) -> None:
     assert staff.get(reverse(f"admin:relay_{name}_add")).status_code == 403
 
 
+def test_the_status_of_a_source_no_worker_serves_can_be_forgotten_one_at_a_time(staff: HttpClient) -> None:
+    """A retired source's stopped status kept /healthz red for ever; a running worker's row cannot be deleted."""
+    from relay.models import WorkerStatus
+    from relay.web import health
+
+    retired = WorkerStatus.objects.create(source="old-name:3306", state=WorkerStatus.State.STOPPED)
+    running = WorkerStatus.objects.create(source="db:3306", state=WorkerStatus.State.CONNECTED)
+    assert any("old-name:3306" in reason.message for reason in health.check().reasons)
+    assert staff.post(reverse("admin:relay_workerstatus_delete", args=[running.pk]), {"post": "yes"}).status_code == 403
+    staff.post(reverse("admin:relay_workerstatus_delete", args=[retired.pk]), {"post": "yes"})
+    assert not WorkerStatus.objects.filter(source="old-name:3306").exists()
+    assert WorkerStatus.objects.filter(source="db:3306").exists()
+    assert not any("old-name:3306" in reason.message for reason in health.check().reasons)
+
+
 def test_purge_queue_action(staff: HttpClient, filled) -> None:
     client_id = filled.client_ids[UNICODE]
     assert queue_size(client_id) == 150
