@@ -445,6 +445,35 @@ def test_poll_queue_size_counts_the_entries_queued_while_the_session_held_a_read
     assert sizes == [3, 2, 1, 0]
 
 
+def test_poll_serves_its_read_ahead_while_the_store_fails_to_give_the_queues_bounds(
+    relay: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """QueueSize's fresh bounds are worth a store call, not an outage: while the store fails, the entries the session
+    holds are served with the bounds last read."""
+    from django.db import OperationalError
+
+    from relay.server import queues
+    from relay.server.queues import BOUNDS_FRESH
+
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": "1"}, {"id": "2"}, {"id": "3"}])
+    result, payload = client.request(Command.POLL)
+    assert result == Result.OK and decode_poll_reply(payload).queue_size == 2
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 1)
+
+    def failing(*args: object) -> None:
+        raise OperationalError("the store is gone")
+
+    monkeypatch.setattr(queues, "_sync", failing)
+    time.sleep(0.1 + BOUNDS_FRESH)
+    result, payload = client.request(Command.POLL)
+    assert result == Result.OK and decode_poll_reply(payload).queue_size == 1
+    monkeypatch.undo()
+    result, payload = client.request(Command.POLL)
+    assert result == Result.OK and decode_poll_reply(payload).queue_size == 0
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 3)
+
+
 def test_pollv2_carries_the_instance_id_and_zero_name_ids(relay: ServerThread) -> None:
     client = authed(relay)
     enqueue(client.client_id, [{"id": "42", "note": None}])

@@ -417,7 +417,13 @@ class SessionQueue:
             if delivery is not None:
                 return delivery
             if self._ahead and not self._bounds_fresh():  # the read-ahead stands, QueueSize needs the bounds
-                self._apply(await self._call(_sync))
+                try:
+                    self._apply(await self._call(_sync))
+                except (DatabaseError, RuntimeError) as exc:  # RuntimeError: store threads shut down
+                    # The store failing: what is held is served, its QueueSize from the bounds last read, rather
+                    # than nothing until the store is back.
+                    log.debug("client %s: queue bounds not read (%s); serving the read-ahead", self.client_id, exc)
+                    self._bounds_read = time.monotonic()
                 continue
             writing = self._writing
             if writing is not None and not writing.done():
