@@ -342,6 +342,23 @@ def test_schema_page(viewer: HttpClient, filled) -> None:
     assert "1 table<" in html
 
 
+def test_the_schema_page_says_which_versions_the_relay_doubts(viewer: HttpClient, filled) -> None:
+    """A version marked unreadable (a DDL the history could not apply) or stale (a TABLE_MAP that disagreed) is
+    shown as such, in the page and the API: its rows go out with positional names until the table is read again."""
+    from relay.models import SchemaVersion
+
+    common = {"source": "main", "schema_name": "shop", "table_name": "orders", "columns": [["id", 3, "int"]]}
+    SchemaVersion.objects.create(binlog_file="binlog.000001", binlog_pos=4, baseline=True, **common)
+    SchemaVersion.objects.create(
+        binlog_file="binlog.000001", binlog_pos=900, statement="ALTER TABLE orders WEIRD", mark="unreadable", **common
+    )
+    html = page(viewer, "/schema/?q=orders")
+    assert "a DDL of it could not be read: rows go out with positional names" in html
+    (table,) = viewer.get("/api/schema?q=orders").json()["tables"]
+    marks = {version["binlog_pos"]: version["mark"] for version in table["versions"]}
+    assert marks[900] == "unreadable" and marks[4] == ""
+
+
 @pytest.mark.parametrize("query", ["page=0", "page=abc", "q=" + "y" * 300])
 def test_schema_bad_parameters(viewer: HttpClient, filled, query: str) -> None:
     assert viewer.get(f"/schema/?{query}").status_code == 400

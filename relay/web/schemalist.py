@@ -71,6 +71,9 @@ def version_info(version: SchemaVersion) -> dict[str, object]:
         "columns": [{"name": c[0], "type": c[2]} for c in version.columns],
         "primary_key": version.primary_key,
         "statement": version.statement,
+        # "unreadable" or "stale": from here on the relay doubts this layout, and the table's rows go out with
+        # positional names (@1, @2...) until it is re-read; "" when it is sure.
+        "mark": version.mark,
     }
 
 
