@@ -70,7 +70,8 @@ class RelayProcess(models.Model):
 class Client(models.Model):
     """A relay client, known by its name; its id is the protocol's ClientID, stable for ever."""
 
-    name = models.CharField(max_length=1024, unique=True)  # the protocol's ClientName: 1024 bytes at most
+    # The protocol's ClientName: at most 1024 bytes, which AUTH's decoder holds it to (clientproto MAX_NAME).
+    name = models.CharField(max_length=1024, unique=True)
     token = models.BigIntegerField(default=0, help_text="ClientToken of the current session")
     created = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)

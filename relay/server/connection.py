@@ -68,8 +68,6 @@ log = logging.getLogger("relay.server")
 
 #: Longest filter name the store keeps (Filter.schema_name/table_name).
 MAX_STORED_NAME = 255
-#: Longest client name the store keeps (Client.name): the protocol's 1024 bytes of a name (PROTOCOL.md section 7).
-MAX_CLIENT_NAME = 1024
 
 #: Requests other than PING a connection may send without a session (AUTH and its retries): a client pipelining
 #: them before AUTH is closed after this many, so it cannot keep the server busy. PINGs are not counted: the original
@@ -558,10 +556,6 @@ class Connection(asyncio.Protocol):
         if request.key not in self.server.keys or not request.name:
             log.info("connection %s: AUTH refused for %r", self.peer, request.name)
             return auth_failed_reply(request.key)
-        if len(request.name) > MAX_CLIENT_NAME:
-            return message_reply(
-                Result.MALFORMED, f"AUTH: ClientName is {len(request.name)} characters, the limit is {MAX_CLIENT_NAME}"
-            )
         async with self.server.auth_lock(request.name):
             self.authenticating = True
             try:

@@ -90,8 +90,9 @@ class FilterIndex:
             if old is not None:
                 self._count -= len(old)
         self._clients.update(fresh)
-        self._count += sum(len(specs) for specs in fresh.values())
-        if len(self._cache) * sum(len(specs) for specs in fresh.values()) > _MEND_LIMIT:
+        added = sum(len(specs) for specs in fresh.values())
+        self._count += added
+        if len(self._cache) * added > _MEND_LIMIT:
             self._cache.clear()
             return
         for key, found in self._cache.items():

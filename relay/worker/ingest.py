@@ -286,27 +286,23 @@ class Ingestor:
             first = changes[start]
             schema, table, kind = first.schema, first.table, first.kind
             stop = start + 1
-            if kind in SNAPSHOT_KINDS:
-                # A snapshot's rows go to the client that asked for them alone, under its filter's limit and policy;
-                # none when its filters no longer cover the table (as the table's changes then go nowhere).
-                client_id: int = getattr(first, "client_id", 0)  # a SnapshotRow (relay/worker/snapshots.py)
-                while stop < total:
-                    change = changes[stop]
-                    if (
-                        change.kind != kind
-                        or getattr(change, "client_id", 0) != client_id
-                        or change.table != table
-                        or change.schema != schema
-                    ):
-                        break
-                    stop += 1
+            # A snapshot's rows go to the client that asked for them alone, under its filter's limit and policy; none
+            # when its filters no longer cover the table (as the table's changes then go nowhere).
+            snapshot = kind in SNAPSHOT_KINDS
+            client_id: int = getattr(first, "client_id", 0) if snapshot else 0  # a SnapshotRow (worker/snapshots.py)
+            while stop < total:
+                change = changes[stop]
+                if (
+                    change.kind != kind
+                    or change.table != table
+                    or change.schema != schema
+                    or (snapshot and getattr(change, "client_id", 0) != client_id)
+                ):
+                    break
+                stop += 1
+            if snapshot:
                 subscriptions = tuple(sub for sub in match(schema, table, KIND_INSERT) if sub.client_id == client_id)
             else:
-                while stop < total:
-                    change = changes[stop]
-                    if change.kind != kind or change.table != table or change.schema != schema:
-                        break
-                    stop += 1
                 subscriptions = match(schema, table, kind)
             runs.append((start, stop, subscriptions))
             start = stop

@@ -213,8 +213,10 @@ def _refused_by_the_server(exc: BaseException) -> bool:
 
 
 def _with_connection(settings: SourceSettings, use: Callable[[ReplicationConnection], _T]) -> _T:
+    """``use`` over a short connection to the source of its own, closed after."""
     conn = ReplicationConnection(settings)
     try:
+        conn.connect()
         return use(conn)
     finally:
         conn.close()
@@ -566,14 +568,10 @@ class Worker:
     def _ask_source(self, ask: Callable[[ReplicationConnection], _T]) -> _T | None:
         """``ask`` over a short connection of its own; None when the source cannot be asked (unreachable, or the
         user may not): what is asked so is only ever a check or a hint."""
-        conn = ReplicationConnection(source_settings(self.config))
         try:
-            conn.connect()
-            return ask(conn)
+            return _with_connection(source_settings(self.config), ask)
         except (*_SOURCE_UNREACHABLE, BinlogError):
             return None
-        finally:
-            conn.close()
 
     def _binary_logs(self) -> list[tuple[str, int]] | None:
         """The source's binlogs and their sizes, oldest first."""
@@ -647,12 +645,9 @@ class Worker:
     def _source_position(self, should_stop: Callable[[], bool]) -> Position | None:
         """The source's current position, retried with backoff while the source cannot be reached."""
         settings = source_settings(self.config)
-
-        def current(conn: ReplicationConnection) -> Position:
-            conn.connect()
-            return conn.current_position()
-
-        return self._while_unreachable(lambda: _with_connection(settings, current), should_stop)
+        return self._while_unreachable(
+            lambda: _with_connection(settings, ReplicationConnection.current_position), should_stop
+        )
 
     def _while_unreachable(self, ask: Callable[[], _T], should_stop: Callable[[], bool]) -> _T | None:
         """``ask()``, tried again with backoff while the source cannot be reached; None when a stop was asked for
