@@ -9,8 +9,8 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
@@ -29,11 +29,13 @@ from relay.models import Change, Client, Filter, Snapshot
 from relay.store import rowcodec
 from relay.store.snapshots import SnapshotRefused, request_snapshots
 from tests.helpers.processes import RelayProcess
+from tests.helpers.queues import queue_size
 from tests.helpers.worker import caught_up, start_worker, subscribe
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROWS = 20_000
+T = TypeVar("T")
 
 
 def _fill(server: MariaDB, schema: str, rows: int = ROWS) -> None:
@@ -370,6 +372,21 @@ def _expected_wire(server: MariaDB, schema: str) -> dict[bytes, dict[str, bytes 
     }
 
 
+def _until_drained(client_name: str, take: Callable[[], T | None]) -> Iterator[T]:
+    """What ``take`` gives until the client's queue is empty in the store. An EMPTY reply alone does not say so: the
+    server also answers EMPTY while a store read fails (busy, under load), and the client polls again."""
+    client_id = Client.objects.get(name=client_name).id
+    deadline = time.monotonic() + 120
+    while True:
+        if got := take():
+            yield got
+        elif queue_size(client_id) == 0:
+            return
+        else:
+            assert time.monotonic() < deadline, f"{client_name}: EMPTY while {queue_size(client_id)} entries are queued"
+            time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_legacy_poll_and_fetch_clients_rebuild_the_table_over_the_relay(streaming: Any) -> None:
     """The original protocol's path: a POLL client sees the snapshot's rows as plain INSERTs (no markers) and
@@ -407,13 +424,13 @@ def test_legacy_poll_and_fetch_clients_rebuild_the_table_over_the_relay(streamin
             writer.join(30)
         assert writer.failure is None, writer.trace
         caught_up(server, worker)
-        while batch := modern.fetch(1_000, wait_ms=300):
+        for batch in _until_drained("modern", lambda: modern.fetch(1_000, wait_ms=300)):
             for event in batch:
                 mirror.apply(event)
                 flagged += event.snapshot
                 markers += event.is_marker
         # The legacy client polls one event at a time, as the original clients do; INSERT, UPDATE, DELETE only.
-        while (event := legacy.poll()) is not None:
+        for event in _until_drained("legacy", legacy.poll):
             types.add(event.type)
             before, after = event.before(), event.after()
             if event.type == EventType.INSERT:
