@@ -282,6 +282,21 @@ def test_a_store_never_migrated_says_run_migrate(command: tuple[str, ...], state
         assert not store.exists()  # no empty file left behind
 
 
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_a_store_migrated_by_a_newer_release_is_refused_with_the_migration(
+    command: tuple[str, ...], tmp_path: Path
+) -> None:
+    """An upgrade rolled back without its store: the store holds a migration this release does not have."""
+    store = tmp_path / "relay.sqlite3"
+    env = relay_env(None, DATABASE_URL=f"sqlite:///{store}", RELAY_SERVER_IPADDR="db", RELAY_SERVER_LOGIN="repl")
+    assert manage(env, "migrate", "--no-input").returncode == 0
+    with sqlite3.connect(store) as db:
+        db.execute("INSERT INTO django_migrations (app, name, applied) VALUES ('relay', '9999_newer', '2030-01-01')")
+    result = manage(env, *command)
+    assert result.returncode == 1
+    assert_one_line(result.stderr, "store error:", str(store), "newer release", "relay.9999_newer")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_unmigrated_postgres_store_says_run_migrate() -> None:
     from django.db import connection
