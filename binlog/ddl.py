@@ -4,7 +4,8 @@ Only what changes a table's columns, their order, types, charsets, labels or its
 TABLE (columns, LIKE; ... SELECT only where the statement lists every column, as row-based binlogs write it), ALTER
 TABLE (ADD/DROP/MODIFY/CHANGE/RENAME COLUMN with FIRST/AFTER, ADD/DROP PRIMARY KEY, CONVERT TO CHARACTER SET, default
 charset, RENAME TO; several clauses at once; other clauses such as ALGORITHM, LOCK, indexes are passed over),
-RENAME TABLE, DROP TABLE, CREATE/ALTER/DROP DATABASE. Temporary tables, views and everything else change nothing.
+RENAME TABLE (IF EXISTS too), DROP TABLE, CREATE/ALTER/DROP DATABASE. Temporary tables, views and everything else
+change nothing.
 
 The parser is our own, small and tested against MariaDB (tests/test_binlog_ddl.py). sqlglot's MySQL dialect was
 measured first; it drops the text of executable comments (``/*! ... */``), falls back to an opaque command for
@@ -1353,6 +1354,9 @@ class DdlApplier:
                 break
 
     def _rename(self, p: _Parser, default_schema: str, changes: list[Change]) -> None:
+        # MariaDB's RENAME TABLE IF EXISTS passes over the pairs whose table does not exist (and logs the statement
+        # as written): a table the history does not know is then one the server did not have.
+        missing_ok = p.if_exists()
         while True:
             from_schema, from_table = p.qualified()
             p.lock_wait()
@@ -1361,6 +1365,10 @@ class DdlApplier:
             source_schema = self._schema(from_schema, default_schema)
             stored = self.model.stored_name(source_schema, from_table)
             definition = self.model.remove(source_schema, from_table)
+            if definition is None and missing_ok:
+                if not p.accept_op(","):
+                    break
+                continue
             if definition is None:
                 raise DdlError(f"RENAME TABLE of a table the history does not know: {source_schema}.{from_table}")
             changes.append(Change(*stored, None))

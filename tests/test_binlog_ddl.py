@@ -594,6 +594,22 @@ def test_a_lock_wait_after_the_table_name_is_not_a_clause(mariadb: MariaDB) -> N
     assert layouts["u"] == ["id", "x", "y"]
 
 
+def test_rename_table_if_exists_passes_over_the_tables_that_do_not_exist(mariadb: MariaDB) -> None:
+    """MariaDB's RENAME TABLE IF EXISTS renames the pairs whose table exists and passes over the others."""
+    schema = "ddlrenameif"
+    statements = [
+        f"CREATE DATABASE {schema}",
+        "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(20))",
+        "CREATE TABLE v (id INT PRIMARY KEY)",
+        "RENAME TABLE IF EXISTS nothere TO elsewhere, t WAIT 2 TO u, gone TO x",
+        "RENAME TABLES IF EXISTS absent TO y",
+        "RENAME TABLE IF EXISTS v TO w",
+    ]
+    names: list[set[str]] = []
+    _follow(mariadb, [schema], statements, lambda sql, model: names.append({name for _, name in model.tables}))
+    assert names[-3:] == [{"u", "v"}, {"u", "v"}, {"u", "w"}]
+
+
 def test_every_table_option_of_a_run_is_read(mariadb: MariaDB) -> None:
     """Table options separated by spaces alone (as SHOW CREATE TABLE writes them) are one ALTER clause: a charset
     after another option is the table's new default, which a column added later takes; CHARSET=DEFAULT is the
