@@ -580,6 +580,7 @@ class Connection(asyncio.Protocol):
                 self.server.threads,
                 self.server.records,
                 instance_id=self.server.instance_id,
+                hears_heads=self.server.notifier.hears_heads,
             )
             if previous is not None and previous.client_id != opened.client_id:
                 self.server.session_ended(self, previous)

@@ -207,6 +207,9 @@ class SessionQueue:
     #: The server's FETCH records, shared by its sessions.
     records: render.RenderCache
     instance_id: int = 0
+    #: Whether the server hears the worker move queue heads (PostgreSQL's notifications, :meth:`forget_read_ahead`);
+    #: if not, a read-ahead that waited is checked against the head before it is served.
+    hears_heads: bool = True
     #: The head as this session knows it: everything up to here was delivered (auto-ack) or acknowledged.
     acked: int = 0
     #: Manual-ack cursor: everything up to here was sent in this session. A new session starts at the head.
@@ -232,6 +235,8 @@ class SessionQueue:
     #: (max_events, byte_budget) it was read for. Only a FETCH asking the same serves it; anything else drops it.
     _next: asyncio.Task[FetchRead | None] | None = None
     _next_for: tuple[int, int] = (0, 0)
+    #: When the FETCH read-ahead's store read returned (time.monotonic()).
+    _next_read: float = 0.0
     _next_wanted: tuple[int, int] | None = None
     #: Whether the last FETCH read found its changes held by the server, in long runs (``FetchRead.held``); a
     #: session starts as if not (a wrong guess costs one more statement, the other way a check of every run in the
@@ -355,7 +360,9 @@ class SessionQueue:
     async def _read_next(self, max_events: int, byte_budget: int) -> FetchRead | None:
         """The FETCH read-ahead (writing what is pending first, as every store call does); None if it failed."""
         try:
-            return await self._store_call(_fetch, self.records, 0, None, max_events, byte_budget, self._held)
+            result = await self._store_call(_fetch, self.records, 0, None, max_events, byte_budget, self._held)
+            self._next_read = time.monotonic()
+            return result
         except StaleSession:
             return None  # the session is marked stale: its next request gets 0xFB
         except (DatabaseError, RuntimeError) as exc:  # RuntimeError: store threads shut down
@@ -481,6 +488,12 @@ class SessionQueue:
             # (Or the store's head moved past it meanwhile: read again too.)
             if not same or result is None or not result.entries or result.entries[0].seq <= self.acked:
                 result = None
+            elif not self.hears_heads and time.monotonic() - self._next_read > BOUNDS_FRESH:
+                # Nothing tells this store's sessions when the worker moves a head (SQLite has no notifications): a
+                # read-ahead that waited may hold entries a queue limit's unqueue-oldest policy has discarded since.
+                self._apply(await self._call(_sync))
+                if result.entries[0].seq <= self.acked:
+                    result = None
         if result is None:
             cursor = self.delivered if manual_ack else None
             result = await self._call(_fetch, self.records, ack_upto, cursor, max_events, byte_budget, self._held)

@@ -67,6 +67,9 @@ class Waiter:
 class Notifier:
     """The common part: waiters by client, the generation numbers, and the task that watches the store."""
 
+    #: Whether the worker's moves of queue heads are heard (HeadsCallback).
+    hears_heads = False
+
     def __init__(self) -> None:
         self.generation = 0  # bumped when every waiter wakes
         self._generations: dict[int, int] = {}  # bumped when a client's waiters wake (one number per client)
@@ -125,6 +128,8 @@ class Notifier:
 
 
 class PostgresNotifier(Notifier):
+    hears_heads = True
+
     def __init__(self, on_session: SessionCallback | None = None, on_heads: HeadsCallback | None = None) -> None:
         super().__init__()
         self._on_session = on_session
