@@ -878,6 +878,32 @@ def test_fetch_read_ahead_is_not_served_to_a_replaced_session(relay: ServerThrea
     assert [e.seq for e in fetch(newer, 100).events] == list(range(11, 31))
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the server LISTENs on PostgreSQL only")
+def test_read_aheads_are_dropped_when_the_listen_connection_was_lost(relay: ServerThread) -> None:
+    """While the server's LISTEN connection is down it hears no head moves of the worker's unqueue-oldest policy:
+    once it listens again, no read-ahead from before is served."""
+    client = authed(relay)
+    enqueue(client.client_id, [{"id": str(i)} for i in range(6)])
+    assert [e.seq for e in fetch(client, 1).events] == [1]  # the read-ahead of 2 follows
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 1)
+    # The worker's policy drops 2 and 3 while nobody listens (its notification is lost with the connection).
+    Client.objects.filter(id=client.client_id).update(acked_seq=3)
+
+    def listening() -> set[int]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+            )
+            return {pid for (pid,) in cursor.fetchall()}
+
+    before = listening()
+    assert before
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s) AS pid", [list(before)])
+    wait_for(lambda: listening() - before, timeout=15, message="the server listens again")
+    assert [e.seq for e in fetch(client, 1).events] == [4]
+
+
 # -- the POLL path: pre-rendered replies, requests served without a task, the topped-up read-ahead ------------------
 
 

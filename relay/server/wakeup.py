@@ -192,6 +192,11 @@ class PostgresNotifier(Notifier):
         elif woken:
             self._wake(frozenset(woken))
 
+    def _heads_unheard(self) -> None:
+        """No one listened for a while: every read-ahead may hold entries the worker discarded meanwhile."""
+        if self._on_heads is not None:
+            self._on_heads(None)
+
     def _session_announced(self, payload: str) -> None:
         if self._on_session is None:
             return
@@ -210,6 +215,7 @@ class PostgresNotifier(Notifier):
             with contextlib.suppress(Exception):
                 conn.close()
         self._wake_all()  # waiters re-read now rather than miss a commit while no one listens
+        self._heads_unheard()
 
     async def _supervise(self) -> None:
         loop = asyncio.get_running_loop()
@@ -223,6 +229,7 @@ class PostgresNotifier(Notifier):
                     continue
                 loop.add_reader(conn.fileno(), self._on_readable)
                 self._wake_all()
+                self._heads_unheard()
             # Nothing to do until the connection drops; check now and then that it still lives.
             await asyncio.sleep(_RECONNECT_DELAY)
             if self._conn is not None and self._conn.closed:
