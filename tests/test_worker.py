@@ -286,6 +286,25 @@ def test_ddl_mid_stream_renames_columns_at_the_right_time(
     server.execute(f"DROP DATABASE {schema}")
 
 
+def test_a_worker_is_not_shown_connected_before_it_reads_from_the_source(own_mariadb: MariaDB) -> None:
+    server = own_mariadb
+    first = start_worker(server, server.binlog_position())
+    wait_for(lambda: WorkerStatus.objects.filter(state="connected").exists(), 60, message="connected")
+    assert first.stop() == 0
+    server.stop()  # the checkpoint is stored: the next start asks the source nothing before its stream connects
+
+    worker = start_worker(server)
+    states: list[str] = []
+
+    def reconnecting() -> bool:
+        assert worker.alive(), worker.output[-3000:]
+        states.append(WorkerStatus.objects.get().state)
+        return states[-1] == "reconnecting"
+
+    wait_for(reconnecting, 60, interval=0.05, message="reconnecting")
+    assert "connected" not in states, states  # /healthz would have said OK while the source refused the stream
+
+
 def test_purged_checkpoint_stops_with_a_message_and_from_skips_forward(own_mariadb: MariaDB) -> None:
     server = own_mariadb
     server.execute("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)")

@@ -472,7 +472,8 @@ class Worker:
         collector = _GarbageCollector(self.options.gc_interval_seconds)
         collector.start()
         try:
-            self._set_status(WorkerStatus.State.CONNECTED)
+            # The state stays "starting" until the first batch read from the stream commits (its report says
+            # "connected"): a source that refuses the replication connection is not shown as connected meanwhile.
             self._consume(handoff, ingestor, should_stop, lock)
         except AccessDeniedError as exc:  # e.g. REPLICATION SLAVE missing: the dump is refused after the position
             return self._refused(exc)

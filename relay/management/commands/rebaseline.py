@@ -70,6 +70,7 @@ class Command(BaseCommand):
         except (pymysql.err.MySQLError, OSError) as exc:
             raise fail(f"rebaseline: cannot read the source's schema: {exc}") from None
         if WorkerStatus.objects.filter(
-            source=source, state__in=[WorkerStatus.State.CONNECTED, WorkerStatus.State.RECONNECTING]
+            source=source,
+            state__in=[WorkerStatus.State.STARTING, WorkerStatus.State.CONNECTED, WorkerStatus.State.RECONNECTING],
         ).exists():
             self.stdout.write("the worker is running with the history it loaded: restart it to use this one")
