@@ -21,6 +21,7 @@ from relay.models import (
     Change,
     Checkpoint,
     Client,
+    LagSample,
     PreparedTransaction,
     QueueState,
     SchemaTable,
@@ -90,6 +91,25 @@ def test_clients_get_exactly_the_matching_rows_once_in_binlog_order(fresh_schema
     assert SchemaTable.objects.get(schema_name=schema, table_name="orders").columns.count() == 2
     assert worker.stop() == 0
     assert WorkerStatus.objects.get().state == "stopped"
+
+
+def test_the_lag_history_takes_the_source_clocks_skew_off(fresh_schema: tuple[MariaDB, str]) -> None:
+    server, schema = fresh_schema
+    server.execute(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
+    subscribe("c", 7, schema, "t")
+    start = server.binlog_position()
+    server.execute(*(f"INSERT INTO `{schema}`.t VALUES ({i})" for i in range(1, 6)))
+    # The worker's host an hour ahead of the source (its time.time(), which the clock measure and the lag read).
+    hooks = scratch_dir("clock-ahead-")
+    (hooks / "sitecustomize.py").write_text("import time\n_real = time.time\ntime.time = lambda: _real() + 3600\n")
+    worker = start_worker(server, start, PYTHONPATH=str(hooks))
+    caught_up(server, worker)
+    wait_for(LagSample.objects.exists, 30, message="a lag sample")
+    status = WorkerStatus.objects.get()
+    assert status.clock_offset_seconds is not None and abs(status.clock_offset_seconds + 3600) < 5
+    # The first batch held the rows, written seconds ago: neither its sample nor its report says "an hour".
+    assert LagSample.objects.first().lag < 600, list(LagSample.objects.values_list("lag", flat=True))
+    assert status.lag_seconds is not None and status.lag_seconds < 600, status.lag_seconds
 
 
 def test_discard_policies_at_their_limits(fresh_schema: tuple[MariaDB, str]) -> None:

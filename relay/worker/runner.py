@@ -273,6 +273,8 @@ class Worker:
         self._reported_reconnects = 0
         self._clock_measured = 0.0  # monotonic time of the last measure of the source's clock
         self._clock_warned: float | None = None  # the offset last warned about
+        self._clock_offset = 0.0  # the source's clock minus this host's, as last measured
+        self._lag: float | None = None  # the lag when the last batch was applied, on this host's clock
         self._sampler = Sampler(self.source)
         # Reported by the schema history in the reader thread (list.append is atomic); written with the next report.
         self._schema_problems: list[str] = []
@@ -621,6 +623,7 @@ class Worker:
         offset = self._ask_source(_clock_offset)
         if offset is None:
             return
+        self._clock_offset = offset
         ingestor.clock_offset = round(offset) if abs(offset) > CLOCK_WARNING_SECONDS else 0
         warned = self._clock_warned
         if abs(offset) > CLOCK_WARNING_SECONDS and (warned is None or abs(offset - warned) > CLOCK_WARNING_SECONDS):
@@ -898,8 +901,11 @@ class Worker:
         if not last.is_heartbeat:  # an XA PREPARE or ROLLBACK carries no changes, and is no heartbeat either
             if last.timestamp:
                 progress["source_timestamp"] = datetime.fromtimestamp(last.timestamp, UTC)
+                # The source's time on this host's clock: a skewed source clock is not shown as lag (or hidden).
+                self._lag = max(0.0, time.time() - (last.timestamp - self._clock_offset))
         elif not last.partial:
             progress["caught_up"] = timezone.now()
+            self._lag = 0.0  # a heartbeat: the source had nothing newer
         if self._schema_problems:  # counted for /metrics and the dashboard (relay_schema_mismatches_total)
             problems = len(self._schema_problems)
             progress["last_schema_problem"] = self._schema_problems[problems - 1]
@@ -920,7 +926,7 @@ class Worker:
             progress["unrelayed_statements"] = bulk.Added(len(unrelayed))
         return {
             "state": WorkerStatus.State.CONNECTED,
-            "lag_seconds": getattr(stream, "lag_seconds", None),
+            "lag_seconds": self._lag,
             "reconnects": getattr(stream, "reconnects", 0),
             "source_file": position.file,
             "source_pos": position.pos,
@@ -935,7 +941,7 @@ class Worker:
 
     def _sample(self) -> None:
         if self._sampler.due():  # queue and lag history for the dashboard, once a minute
-            self._sampler.write(timezone.now(), getattr(self._stream, "lag_seconds", None))
+            self._sampler.write(timezone.now(), self._lag)
 
     def _set_status(self, state: str, **fields: Any) -> None:
         # Each status write is a report; the heartbeat period tells the health rule how often a connected worker
