@@ -54,7 +54,8 @@ either metadata or schema, signedness is taken as signed and strings of unknown 
 Errors
 ------
 ``BinlogError`` (base), ``ChecksumError`` (CRC32 mismatch; names file and position), ``PurgedPositionError`` (the
-start file or GTID is gone from the source: server error 1236 saying so; never retried), ``UnreadablePositionError``
+start file or GTID is gone from the source: server error 1236 saying so; never retried; its ``BinlogResetError``: a
+file of a name read before, begun at another time: RESET MASTER, or another server), ``UnreadablePositionError``
 (any other error 1236: a position inside an event or past its file's end, a truncated binlog, an event over the
 source's max_allowed_packet; never retried), ``TruncatedEventError`` (an event shorter
 than its layout), ``ConnectionLostError`` and ``ServerError`` (retried by the stream). A rows event for a table id no
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
     from binlog.changes import NOT_PRESENT, RowChange, Transaction
     from binlog.errors import (
         BinlogError,
+        BinlogResetError,
         ChecksumError,
         ConnectionLostError,
         PurgedPositionError,
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NOT_PRESENT",
     "BinlogError",
+    "BinlogResetError",
     "BinlogStream",
     "ChecksumError",
     "ColumnInfo",
@@ -117,6 +120,7 @@ _MODULES = {
     "BinlogError": "errors",
     "ChecksumError": "errors",
     "ConnectionLostError": "errors",
+    "BinlogResetError": "errors",
     "PurgedPositionError": "errors",
     "UnreadablePositionError": "errors",
     "ServerError": "errors",

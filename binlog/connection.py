@@ -53,9 +53,11 @@ ER_ERROR_WHEN_EXECUTING_COMMAND = 1220  # SHOW BINLOG EVENTS: "Wrong offset or I
 PRIVILEGE_MISSING = 1227  # ER_SPECIFIC_ACCESS_DENIED_ERROR: "you need (at least one of) the X privilege(s)"
 _NEEDED = re.compile(r"the (?P<privileges>[A-Z ,_]+?) privilege")
 #: Error 1236's messages that mean the source no longer has what was asked for (MariaDB's and MySQL's wordings): a
-#: file not in its binlog index, a GTID not in its binlogs, binlogs with the needed GTIDs purged.
+#: file not in its binlog index, a GTID not in its binlogs, binlogs with the needed GTIDs purged; the next file gone
+#: from the index while the dump read (PURGE or RESET MASTER meanwhile).
 _PURGED = re.compile(
-    r"could not find first log file name|not in the master's binlog|could not find gtid state|purged",
+    r"could not find first log file name|could not find next log|not in the master's binlog|could not find gtid state"
+    r"|purged",
     re.IGNORECASE,
 )
 _HEADER = struct.Struct("<HBB")

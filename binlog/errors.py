@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -45,6 +46,26 @@ class PurgedPositionError(BinlogError):
     def __init__(self, file: str, message: str) -> None:
         super().__init__(f"cannot replicate from binlog {file or '(gtid start)'}: {message}")
         self.file = file
+
+
+class BinlogResetError(PurgedPositionError):
+    """A binlog file of the source is not the one of that name read before: the source began it at another time (its
+    FORMAT_DESCRIPTION's timestamp). The binlog was reset (RESET MASTER), or a restored or another server answers at
+    this address: a position in the old file means nothing in the new one, and what the old file held after it is
+    gone. Never retried."""
+
+    def __init__(self, file: str, known: int, found: int) -> None:
+        super().__init__(
+            file,
+            f"the source's {file} was begun at {_utc(found)}, but the {file} read before was begun at {_utc(known)}: "
+            "the source's binlog was reset (RESET MASTER), or a restored or another server answers at this address",
+        )
+        self.known = known
+        self.found = found
+
+
+def _utc(timestamp: int) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 class UnreadablePositionError(BinlogError):

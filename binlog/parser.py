@@ -54,6 +54,7 @@ from binlog.constants import (
 from binlog.ddl import statement_start, tokenize
 from binlog.errors import (
     BinlogError,
+    BinlogResetError,
     ChecksumError,
     RolledBackPartError,
     TruncatedEventError,
@@ -180,8 +181,14 @@ class EventDecoder:
         checksum_alg: int | None = None,
         verify_checksum: bool = True,
         chunk_rows: int | None = None,
+        file_started: dict[str, int] | None = None,
     ) -> None:
         self.provider = schema_provider
+        #: A stream's: when the source began each binlog file read so far (its FORMAT_DESCRIPTION's header
+        #: timestamp), by name, filled here; it may name files read before (by an earlier connection, a
+        #: checkpoint): a file of one of those names begun at another time raises BinlogResetError. None for files
+        #: read from disk, which may come from several sources.
+        self.file_started = file_started
         self.chunk_rows = chunk_rows  # a transaction with more rows comes in parts (see Transaction.partial)
         self.chunk_bytes = (chunk_rows or 0) * ROW_BYTES  # or as many bytes of rows events
         #: The transaction starting at this position comes whole, whatever its size: read in parts, a ROLLBACK TO
@@ -380,7 +387,7 @@ class EventDecoder:
             self._rows_bytes += size  # the whole transaction, compressed: its parts are not counted apart
             return self._payload(event, end, timestamp, log_pos)
         if fde is not None:
-            self._format_description(fde, log_pos, flags)
+            self._format_description(fde, timestamp, log_pos, flags)
             return None
         return self._event(event, event_type, server_id, end, timestamp, log_pos, flags)
 
@@ -402,8 +409,17 @@ class EventDecoder:
         if log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and log_pos > self.pos:
             self.pos = log_pos
 
-    def _format_description(self, fde: FormatDescription, log_pos: int, flags: int) -> None:
-        """A FORMAT_DESCRIPTION, parsed by ``feed`` (its checksum algorithm says how the event itself is checked)."""
+    def _format_description(self, fde: FormatDescription, timestamp: int, log_pos: int, flags: int) -> None:
+        """A FORMAT_DESCRIPTION, parsed by ``feed`` (its checksum algorithm says how the event itself is checked).
+
+        Its header's timestamp is when the source began the file: the source sends it as written, also before the
+        events of a start inside the file. The same name begun at another time is another file."""
+        started = self.file_started
+        if started is not None and timestamp and self.file:
+            known = started.get(self.file)
+            if known and known != timestamp:
+                raise BinlogResetError(self.file, known, timestamp)
+            started[self.file] = timestamp
         self.fde = fde
         self.checksum_alg = fde.checksum_alg
         if fde.is_mariadb and not self._flavor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pymysql
 
@@ -47,8 +47,12 @@ class BinlogStream:
         blocking: bool = True,
         verify_checksum: bool = True,
         chunk_rows: int | None = None,
+        file_started: Mapping[str, int] | None = None,
     ) -> None:
         self.settings = settings
+        #: When the source began each binlog file this stream read (EventDecoder.file_started), and those given (the
+        #: start file's, kept with a checkpoint): every connection checks that a file of a known name is the same.
+        self.file_started: dict[str, int] = dict(file_started or {})
         self.chunk_rows = chunk_rows  # larger transactions come in parts (Transaction.partial)
         self.blocking = blocking
         self.verify_checksum = verify_checksum
@@ -136,6 +140,7 @@ class BinlogStream:
             checksum_alg=conn.checksum_alg,
             verify_checksum=self.verify_checksum,
             chunk_rows=self.chunk_rows,
+            file_started=self.file_started,
         )
         self._decoder.whole_at = self._whole_at
         self.connected_at = time.time()

@@ -280,6 +280,10 @@ class Checkpoint(models.Model):
     binlog_file = models.CharField(max_length=255)
     binlog_pos = models.BigIntegerField()
     gtid = models.TextField(blank=True, default="")
+    #: When the source began binlog_file (its FORMAT_DESCRIPTION's timestamp, Unix seconds; 0: not known yet): a file
+    #: of that name begun at another time is another file (RESET MASTER, a restored or another server), where
+    #: binlog_pos means nothing.
+    binlog_file_started = models.BigIntegerField(default=0)
     updated = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from binlog import BinlogStream, Position, PurgedPositionError, SourceSettings
+from binlog import BinlogResetError, BinlogStream, Position, PurgedPositionError, SourceSettings
 from tests.helpers.mariadb import MariaDB
 from tests.helpers.scratch import scratch_dir
 
@@ -75,3 +75,32 @@ def test_purged_start_file_raises(private_server: MariaDB) -> None:
         next(iter(stream))
     assert "1236" in str(info.value)
     assert time.monotonic() - started < 10  # not retried: a purged position never comes back
+
+
+def test_a_file_begun_anew_under_a_known_name_raises_instead_of_being_read_at_the_old_position() -> None:
+    """RESET MASTER (or another server at the address) begins binlog.000001 again: a stream told when the file it
+    read was begun refuses the new one, whose events at the old position are other changes or none."""
+    server = MariaDB(scratch_dir("relay-binlog-reset-"), row_metadata_full=True).start()
+    try:
+        server.execute("CREATE DATABASE r", "CREATE TABLE r.t (id INT PRIMARY KEY)")
+        start = Position(*server.binlog_position())
+        server.execute("INSERT INTO r.t VALUES (1)")
+        with BinlogStream(_settings(server), start, blocking=False) as stream:
+            transactions = [trx for trx in stream if trx.changes]
+            known = dict(stream.file_started)
+        assert [c.after[0] for trx in transactions for c in trx.changes] == ["1"]
+        end = transactions[-1].position
+        assert known.get(end.file, 0) > 0
+        time.sleep(1.1)  # the new file is begun in another second
+        server.execute("RESET MASTER", *(f"INSERT INTO r.t VALUES ({n})" for n in range(2, 12)))
+        assert server.binlog_position()[0] == end.file
+        started = time.monotonic()
+        with (
+            pytest.raises(BinlogResetError, match="RESET MASTER") as info,
+            BinlogStream(_settings(server), end, blocking=False, file_started=known) as stream,
+        ):
+            list(stream)
+        assert end.file in str(info.value) and isinstance(info.value, PurgedPositionError)
+        assert time.monotonic() - started < 10  # never retried
+    finally:
+        server.destroy()

@@ -358,6 +358,34 @@ def test_purged_checkpoint_stops_with_a_message_and_from_skips_forward(own_maria
     assert [key for *_, key in queue_of("c")] == ["1", "3"]  # 2 was purged before the relay read it
 
 
+def test_a_binlog_reset_while_stopped_stops_the_worker_instead_of_skipping_rows(own_mariadb: MariaDB) -> None:
+    """RESET MASTER while the worker was stopped: the checkpoint's file name is begun again, and its position may well
+    be an event's start there. The worker stops (exit 2, as for a purge) and says so; --from goes on."""
+    server = own_mariadb
+    server.execute("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)")
+    subscribe("c", 1, "s", "t")
+    worker = start_worker(server, server.binlog_position())
+    server.execute(*(f"INSERT INTO s.t VALUES ({n})" for n in range(1, 6)))
+    caught_up(server, worker)
+    assert worker.stop() == 0
+    checkpoint = Checkpoint.objects.get()
+    assert checkpoint.binlog_file_started > 0
+    time.sleep(1.1)  # the new file is begun in another second
+    server.execute("RESET MASTER", *(f"INSERT INTO s.t VALUES ({n})" for n in range(11, 31)))
+    assert server.binlog_position()[0] == checkpoint.binlog_file
+
+    failed = start_worker(server)
+    assert failed.wait(60) == 2
+    assert "RESET MASTER" in failed.output and "--from" in failed.output
+    status = WorkerStatus.objects.get()
+    assert status.state == "failed" and checkpoint.binlog_file in status.last_error
+    assert [key for *_, key in queue_of("c")] == ["1", "2", "3", "4", "5"]
+
+    resumed = start_worker(server, (checkpoint.binlog_file, 4))
+    caught_up(server, resumed)
+    assert [key for *_, key in queue_of("c")] == [str(n) for n in (*range(1, 6), *range(11, 31))]
+
+
 def test_a_start_position_the_source_cannot_read_from_is_named_so_and_never_called_purged(
     fresh_schema: tuple[MariaDB, str],
 ) -> None:

@@ -137,6 +137,8 @@ class Ingestor:
         self.history: SchemaHistory | None = None
         # The source's clock minus this host's, whole seconds, when it matters (runner._measure_source_clock).
         self.clock_offset = 0
+        # When the source began each binlog file (BinlogStream.file_started): kept with the checkpoint.
+        self.file_started: Mapping[str, int] = {}
 
     def refresh_filters(self) -> bool:
         """Reloads the filters written since they were loaded, if any were; True if some were.
@@ -216,7 +218,7 @@ class Ingestor:
         )
         if checkpoint and transactions:
             end = transactions[-1].position
-            writes.add(*checkpoint_upsert(self.source, end))
+            writes.add(*checkpoint_upsert(self.source, end, self.file_started.get(end.file, 0)))
             if self.history is not None:
                 StoreHistory(self.source).save(self.history.take_pending(upto=end))
         if queued and connection.vendor == "postgresql":  # delivered at commit: wakes those clients' long-polls
@@ -556,25 +558,28 @@ def queue_state_updates(states: Sequence[tuple[int, int, int, int]]) -> list[tup
     ]
 
 
-def checkpoint_upsert(source: str, position: Position) -> tuple[str, list[Any]]:
-    """The statement that sets the source's checkpoint, in the caller's transaction, whether or not its row exists."""
+def checkpoint_upsert(source: str, position: Position, file_started: int = 0) -> tuple[str, list[Any]]:
+    """The statement that sets the source's checkpoint, in the caller's transaction, whether or not its row exists.
+    ``file_started``: when the source began the position's file (Checkpoint.binlog_file_started), 0 if not known."""
     checkpoints = table(Checkpoint)
     return (
-        f"INSERT INTO {checkpoints} (source, binlog_file, binlog_pos, gtid, updated) VALUES (%s, %s, %s, %s, %s)"
-        " ON CONFLICT (source) DO UPDATE SET binlog_file = excluded.binlog_file,"
-        " binlog_pos = excluded.binlog_pos, gtid = excluded.gtid, updated = excluded.updated",
+        f"INSERT INTO {checkpoints} (source, binlog_file, binlog_pos, gtid, binlog_file_started, updated)"
+        " VALUES (%s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (source) DO UPDATE SET binlog_file = excluded.binlog_file, binlog_pos = excluded.binlog_pos,"
+        " gtid = excluded.gtid, binlog_file_started = excluded.binlog_file_started, updated = excluded.updated",
         [
             source,
             position.file,
             position.pos,
             position.gtid,
+            file_started,
             connection.ops.adapt_datetimefield_value(timezone.now()),
         ],
     )
 
 
 def write_checkpoint(source: str, position: Position) -> None:
-    """The source's checkpoint, now, in the caller's transaction."""
+    """The source's checkpoint, now, in the caller's transaction (a position chosen, in a file not read yet)."""
     with connection.cursor() as cursor:
         cursor.execute(*checkpoint_upsert(source, position))
 

@@ -44,7 +44,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from binlog import BinlogError, Position, PurgedPositionError, SourceSettings, Transaction
+from binlog import BinlogError, BinlogResetError, Position, PurgedPositionError, SourceSettings, Transaction
 from binlog.check import cascading_foreign_keys
 from binlog.connection import ReplicationConnection
 from binlog.errors import AccessDeniedError, ConnectionLostError, UnreadablePositionError
@@ -458,9 +458,14 @@ class Worker:
         # Beside the start, not in its way: the foreign keys are read from every table's definition.
         threading.Thread(target=_say_cascades, args=(self.source, settings.schema_connect_args()), daemon=True).start()
         self._stream = self.stream_factory(
-            settings, start, chunk_rows=self.options.chunk_rows, schema_provider=ingestor.history
+            settings,
+            start,
+            chunk_rows=self.options.chunk_rows,
+            schema_provider=ingestor.history,
+            file_started=self._file_started(start),
         )
         stream = self._stream
+        ingestor.file_started = getattr(stream, "file_started", {})
         self._snapshots = SnapshotCoordinator(
             settings.schema_connect_args(), self.config.snapshot, lambda: getattr(stream, "server_version", "") or ""
         )
@@ -479,6 +484,15 @@ class Worker:
             self._consume(handoff, ingestor, should_stop, lock)
         except AccessDeniedError as exc:  # e.g. REPLICATION SLAVE missing: the dump is refused after the position
             return self._refused(exc)
+        except BinlogResetError as exc:
+            message = (
+                f"{exc}. The checkpoint's position means nothing in the new file, and the changes after it that the "
+                f"old one held are lost to this relay; to go on from the new binlog, restart with --from FILE:POS "
+                f"(for example its first file at 4, see SHOW BINARY LOGS)."
+            )
+            log.error("%s", message)
+            self._set_status(WorkerStatus.State.FAILED, last_error=message, last_error_at=timezone.now())
+            return EXIT_PURGED
         except PurgedPositionError as exc:
             message = (
                 f"{exc}.{self._what_the_source_has(exc.file)} The changes between the checkpoint and the oldest "
@@ -514,6 +528,16 @@ class Worker:
         if checkpoint is None:
             return None
         return Position(checkpoint.binlog_file, checkpoint.binlog_pos, checkpoint.gtid)
+
+    def _file_started(self, start: Position) -> dict[str, int]:
+        """When the source began the start's file, as the checkpoint knows it ({} if not known): the stream checks
+        that the file it reads under that name is still the one."""
+        started = (
+            Checkpoint.objects.filter(source=self.source, binlog_file=start.file, binlog_pos=start.pos)
+            .values_list("binlog_file_started", flat=True)
+            .first()
+        )
+        return {start.file: started} if started else {}
 
     def _start_position(self, should_stop: Callable[[], bool]) -> Position | None:
         """Where this run starts; None when a stop was asked for while waiting for the source.
