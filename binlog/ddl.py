@@ -100,7 +100,12 @@ def tokenize(sql: str, sql_mode: int = 0) -> list[Token]:
             tokens.append(Token("str", text))
         elif ch.isdigit():
             j = i
-            while j < n and (sql[j].isalnum() or sql[j] in "._$"):
+            while j < n and sql[j].isdigit():
+                j += 1
+            # As the server reads them: digits and a "." begin a number (1.5, 1.5e3); digits and a letter begin a
+            # name, which a "." ends (1db.t is the table t of the database 1db).
+            number = j < n and sql[j] == "."
+            while j < n and (sql[j].isalnum() or sql[j] in "_$" or (sql[j] == "." if number else ord(sql[j]) > 127)):
                 j += 1
             text = sql[i:j]
             tokens.append(Token("num" if text.replace(".", "").isdigit() else "word", text))

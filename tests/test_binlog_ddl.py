@@ -16,6 +16,7 @@ import pytest
 
 from binlog import read_binlog_files
 from binlog.ddl import DdlError, apply_statement, tokenize
+from binlog.ddltables import tables_named
 from binlog.schemahistory import read_model
 from binlog.schemamodel import SchemaModel
 from tests.helpers.mariadb import MariaDB
@@ -592,6 +593,29 @@ def test_a_lock_wait_after_the_table_name_is_not_a_clause(mariadb: MariaDB) -> N
 
     _follow(mariadb, [schema], statements, check)
     assert layouts["u"] == ["id", "x", "y"]
+
+
+def test_an_unquoted_name_may_begin_with_digits(mariadb: MariaDB) -> None:
+    """9db.t is the table t of the database 9db, in a statement the history applies and in the tables named by one
+    it cannot: digits followed by a letter begin a name, which a "." ends (digits alone and a "." are a number)."""
+    schema, other = "9ddldigits", "ddldigits"
+    statements = [
+        f"CREATE DATABASE {other}",
+        f"CREATE DATABASE {schema}",
+        f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20), b DECIMAL(4,1) DEFAULT 1.5)",
+        f"ALTER TABLE {schema}.t RENAME COLUMN a TO x, RENAME COLUMN b TO a",
+        f"RENAME TABLE {schema}.t TO {schema}.2u",
+    ]
+    layouts: dict[tuple[str, str], list[str]] = {}
+
+    def check(sql: str, model: SchemaModel) -> None:
+        layouts.clear()
+        for key, table in model.tables.items():
+            layouts[key] = [c.name for c in table.columns]
+
+    _follow(mariadb, [other, schema], statements, check)
+    assert layouts == {(schema, "2u"): ["id", "x", "a"]}
+    assert tables_named("ALTER TABLE 9db.t ADD c INT", "ddl") == [("9db", "t")]
 
 
 def test_rename_table_if_exists_passes_over_the_tables_that_do_not_exist(mariadb: MariaDB) -> None:
