@@ -293,6 +293,34 @@ def test_ddl_is_read_under_its_sessions_sql_mode(mariadb_no_metadata: MariaDB) -
     assert problems == []
 
 
+def test_compressed_columns_keep_their_names(mariadb_no_metadata: MariaDB) -> None:
+    """A COMPRESSED VARCHAR's TABLE_MAP length counts one byte more than its declared bytes (the byte that says how a
+    value is compressed): its table has its names, from the baseline and from DDL in the stream alike."""
+    server = mariadb_no_metadata
+    schema = "hist9"
+    server.execute(
+        f"DROP DATABASE IF EXISTS {schema}",
+        f"CREATE DATABASE {schema}",
+        f"CREATE TABLE {schema}.old (id INT PRIMARY KEY, v VARCHAR(64) COMPRESSED, w VARCHAR(10) CHARSET latin1 "
+        "COMPRESSED)",
+    )
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    server.execute(
+        "INSERT INTO old VALUES (1, 'v', 'w')",
+        "CREATE TABLE new (id INT PRIMARY KEY, a VARBINARY(300) COMPRESSED, b TEXT COMPRESSED)",
+        "INSERT INTO new VALUES (1, 'a', 'b')",
+        "ALTER TABLE new CHANGE a c VARCHAR(20) COMPRESSED FIRST",
+        "INSERT INTO new VALUES ('c', 2, 'b')",
+        database=schema,
+    )
+    assert _rows_by_table(server, schema, history, start) == {
+        "old": [{"id": "1", "v": "v", "w": "w"}],
+        "new": [{"id": "1", "a": b"a", "b": "b"}, {"c": "c", "id": "2", "b": "b"}],
+    }
+    assert problems == []
+
+
 def test_compressed_ddl_is_read_in_its_client_charset(mariadb_no_metadata: MariaDB) -> None:
     """MariaDB's log_bin_compress writes a long statement as a QUERY_COMPRESSED event: it is uncompressed to its bytes,
     then read in the client's charset like any other (a latin1 session's names come out right)."""
