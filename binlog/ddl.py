@@ -1379,6 +1379,12 @@ class DdlApplier:
             changes.append(Change(*stored, None))
             target_schema = self._schema(to_schema, default_schema)
             target = self.model.name(to_table)
+            if not self.temporary and self.model.get(target_schema, target) is not None:
+                # The server renames no table onto another, but a session's temporary table may take the name of a
+                # table, and that rename is logged as if of the table of its name, even by a session logging rows.
+                raise DdlError(
+                    f"RENAME TABLE onto {target_schema}.{target}, which exists: a temporary table was renamed"
+                )
             self.model.put(target_schema, target, definition)
             changes.append(Change(*self.model.stored_name(target_schema, target), definition, stored))
             if not p.accept_op(","):

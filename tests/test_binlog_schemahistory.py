@@ -321,6 +321,32 @@ def test_compressed_columns_keep_their_names(mariadb_no_metadata: MariaDB) -> No
     assert problems == []
 
 
+def test_a_temporary_table_renamed_onto_a_tables_name_leaves_both_in_doubt(mariadb_no_metadata: MariaDB) -> None:
+    """A session logging rows renames its temporary table to the name of a table (the server allows it, and logs the
+    RENAME as if of the table its old name hides): the tables it names go out with positional names, never the one
+    under the other's names."""
+    server = mariadb_no_metadata
+    schema = "hist10"
+    server.execute(
+        f"DROP DATABASE IF EXISTS {schema}",
+        f"CREATE DATABASE {schema}",
+        f"CREATE TABLE {schema}.u (id INT PRIMARY KEY, a VARCHAR(20))",
+        f"CREATE TABLE {schema}.u2 (id INT PRIMARY KEY, b VARCHAR(20))",
+    )
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    with server.connect(schema) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION binlog_format = 'ROW'")
+        cur.execute("CREATE TEMPORARY TABLE u (z INT)")
+        cur.execute("RENAME TABLE u TO u2")
+        server.execute("INSERT INTO u VALUES (1, 'a')", "INSERT INTO u2 VALUES (2, 'b')", database=schema)
+    assert _rows_by_table(server, schema, history, start) == {
+        "u": [{"@1": "1", "@2": "a"}],
+        "u2": [{"@1": "2", "@2": "b"}],
+    }
+    assert "RENAME TABLE onto hist10.u2, which exists" in problems[0]
+
+
 def test_compressed_ddl_is_read_in_its_client_charset(mariadb_no_metadata: MariaDB) -> None:
     """MariaDB's log_bin_compress writes a long statement as a QUERY_COMPRESSED event: it is uncompressed to its bytes,
     then read in the client's charset like any other (a latin1 session's names come out right)."""
