@@ -189,6 +189,13 @@ def parse_query(body: bytes, post_header_len: int, *, uncompress: Callable[[byte
     return Query(schema, statement_text(raw, query_client_collation(status)), query_sql_mode(status))
 
 
+def query_error_code(body: bytes) -> int:
+    """The error a QUERY event's statement ended with on the source (0: none). A statement is logged with its error
+    when it failed after changing something: a CREATE OR REPLACE TABLE that dropped the table it was to replace."""
+    need(body, 11, "QUERY event")
+    return int.from_bytes(body[9:11], "little")
+
+
 def query_thread_id(body: bytes) -> int:
     """The id of the session (connection) that ran a QUERY event's statement: its temporary tables are its own."""
     need(body, 4, "QUERY event")

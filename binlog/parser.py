@@ -71,6 +71,7 @@ from binlog.events import (
     parse_query,
     parse_rotate,
     parse_xid,
+    query_error_code,
     query_thread_id,
 )
 from binlog.gtid import MariaGtidState, MysqlGtidSet, is_mysql_gtid_text
@@ -614,7 +615,7 @@ class EventDecoder:
             follow = getattr(self.provider, "statement", None)  # a schema history (binlog.schemahistory) follows DDL
             if follow is not None:
                 where = Position(self.file, self.pos, self.trx_gtid)
-                follow(schema, query, where, sql_mode, session=query_thread_id(body))
+                follow(schema, query, where, sql_mode, session=query_thread_id(body), error_code=query_error_code(body))
         if not self.in_transaction:
             self.trx_timestamp = self.trx_timestamp or timestamp
             return self._commit(timestamp)

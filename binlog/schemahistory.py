@@ -91,7 +91,14 @@ class DdlListener(Protocol):
     """A schema provider that wants the DDL statements of the stream (``binlog.parser`` calls it)."""
 
     def statement(
-        self, schema: str, query: str, position: Position, sql_mode: int = 0, *, session: int | None = None
+        self,
+        schema: str,
+        query: str,
+        position: Position,
+        sql_mode: int = 0,
+        *,
+        session: int | None = None,
+        error_code: int = 0,
     ) -> None: ...
 
 
@@ -299,15 +306,31 @@ class SchemaHistory:
     # -- the decoder's side -------------------------------------------------------------------------------------------
 
     def statement(
-        self, schema: str, query: str, position: Position, sql_mode: int = 0, *, session: int | None = None
+        self,
+        schema: str,
+        query: str,
+        position: Position,
+        sql_mode: int = 0,
+        *,
+        session: int | None = None,
+        error_code: int = 0,
     ) -> None:
         """A DDL statement (or any statement the decoder thinks may be one) at ``position`` (its end), run under the
         session's ``sql_mode`` (ANSI_QUOTES and NO_BACKSLASH_ESCAPES change how its text reads) by the connection
-        ``session`` (its thread id: its temporary tables are its own)."""
+        ``session`` (its thread id: its temporary tables are its own). ``error_code``: the error it failed with on
+        the source, after changing part of what it says (0: it succeeded)."""
         with self._lock:
             baseline = self.baseline_position
             # The baseline was read after it: it shows its effect already (but not on temporary tables).
             before_baseline = baseline is not None and position_key(position) <= position_key(baseline)
+            if error_code:
+                # Its effect is not what it says (a failed CREATE OR REPLACE TABLE dropped the table and made none):
+                # the tables it names are in doubt until a CREATE defines them or they are re-read.
+                if not before_baseline:
+                    self.position = position
+                    reason = f"it failed on the source (error {error_code}) after changing part of what it says"
+                    self._report_unreadable(schema, query, position, reason, sql_mode)
+                return
             if self._session_statement(schema, query, position, sql_mode, session, before_baseline):
                 return
             if before_baseline:

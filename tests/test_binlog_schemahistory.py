@@ -347,6 +347,34 @@ def test_a_temporary_table_renamed_onto_a_tables_name_leaves_both_in_doubt(maria
     assert "RENAME TABLE onto hist10.u2, which exists" in problems[0]
 
 
+def test_a_ddl_that_failed_on_the_source_leaves_its_tables_in_doubt(mariadb_no_metadata: MariaDB) -> None:
+    """A CREATE OR REPLACE TABLE that fails drops the table and makes none, and is logged with its error: the history
+    takes nothing from its text, so the table a CREATE TABLE IF NOT EXISTS then makes is not given the failed
+    statement's names."""
+    server = mariadb_no_metadata
+    schema = "hist11"
+    server.execute(
+        f"DROP DATABASE IF EXISTS {schema}",
+        f"CREATE DATABASE {schema}",
+        f"CREATE TABLE {schema}.v (id INT PRIMARY KEY, a VARCHAR(20))",
+    )
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    with pytest.raises(pymysql.err.OperationalError):
+        server.execute(
+            "CREATE OR REPLACE TABLE v (id INT PRIMARY KEY, b VARCHAR(20), c INT, "
+            "FOREIGN KEY (c) REFERENCES nothere(id))",
+            database=schema,
+        )
+    server.execute(
+        "CREATE TABLE IF NOT EXISTS v (id INT PRIMARY KEY, x VARCHAR(20), y INT)",
+        "INSERT INTO v VALUES (1, 'x', 2)",
+        database=schema,
+    )
+    assert _rows_by_table(server, schema, history, start) == {"v": [{"@1": "1", "@2": "x", "@3": "2"}]}
+    assert "it failed on the source (error 1005)" in problems[0]
+
+
 def test_compressed_ddl_is_read_in_its_client_charset(mariadb_no_metadata: MariaDB) -> None:
     """MariaDB's log_bin_compress writes a long statement as a QUERY_COMPRESSED event: it is uncompressed to its bytes,
     then read in the client's charset like any other (a latin1 session's names come out right)."""
