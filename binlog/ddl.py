@@ -140,6 +140,23 @@ def statement_start(tokens: list[Token]) -> int:
     return 0
 
 
+def reading_modes(sql: str, sql_mode: int) -> list[int]:
+    """The sql_modes the server may have read a statement under: the event's own, but for a statement behind ``SET
+    STATEMENT sql_mode = ... FOR``. The server reads that one under the session's sql_mode, which the event does not
+    carry (it carries the one the prefix sets, in force while the statement ran): any of the bits that change how
+    a text reads may then have been either way."""
+    try:
+        tokens = tokenize(sql, sql_mode)
+    except DdlError:
+        return [sql_mode]
+    start = statement_start(tokens)
+    if not any(token.kind == "word" and token.text.lower() == "sql_mode" for token in tokens[:start]):
+        return [sql_mode]
+    reading = MODE_ANSI_QUOTES | MODE_NO_BACKSLASH_ESCAPES
+    others = [bits for bits in (0, MODE_ANSI_QUOTES, MODE_NO_BACKSLASH_ESCAPES, reading) if bits != sql_mode & reading]
+    return [sql_mode] + [sql_mode & ~reading | bits for bits in others]
+
+
 def _quoted(sql: str, i: int, quote: str, *, backslash: bool) -> tuple[str, int]:
     out: list[str] = []
     j = i + 1
@@ -871,7 +888,18 @@ class DdlApplier:
         self.temporary = temporary
 
     def apply(self, default_schema: str, sql: str, sql_mode: int = 0) -> list[Change]:
-        parser = _Parser(tokenize(sql, sql_mode))
+        tokens = tokenize(sql, sql_mode)
+        for other in reading_modes(sql, sql_mode)[1:]:
+            try:
+                alike = tokenize(sql, other) == tokens
+            except DdlError:
+                alike = False
+            if not alike:
+                raise DdlError(
+                    "SET STATEMENT sets the sql_mode of a statement whose text reads otherwise under another: the "
+                    "server read it under the session's sql_mode, which the binlog does not say"
+                )
+        parser = _Parser(tokens)
         parser.i = statement_start(parser.tokens)
         if _changes_tables(parser.tokens) and has_undecoded_bytes(sql):
             # A name or label read from it could be anything: never guess one (binlog.events.statement_text).

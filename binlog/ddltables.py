@@ -9,7 +9,7 @@ too few is not, so a statement whose tables cannot be told names none, and the c
 
 from __future__ import annotations
 
-from binlog.ddl import DdlError, Token, statement_start, tokenize
+from binlog.ddl import DdlError, Token, reading_modes, statement_start, tokenize
 
 # A table's name follows these words: CREATE/ALTER/DROP TABLE t, RENAME TABLE a TO b, ALTER TABLE a RENAME TO b,
 # CREATE TABLE a LIKE b (a TO of RENAME COLUMN or RENAME INDEX names no table).
@@ -19,11 +19,21 @@ _NOT_A_NAME = ("IF", "NOT", "EXISTS", "CHARACTER", "CHARSET", "SELECT", "WITH")
 
 def tables_named(query: str, default_schema: str, sql_mode: int = 0) -> list[tuple[str, str]] | None:
     """The (schema, table) pairs ``query`` names, unqualified names in ``default_schema``; None when it cannot be
-    read into words, or names no table at all."""
-    try:
-        tokens = tokenize(query, sql_mode)
-    except DdlError:
-        return None
+    read into words, or names no table at all. A statement the server may have read under another sql_mode (behind
+    SET STATEMENT sql_mode = ...) names the tables of every such reading."""
+    found: list[tuple[str, str]] = []
+    for mode in reading_modes(query, sql_mode):
+        try:
+            named = _tables_named(tokenize(query, mode), default_schema)
+        except DdlError:
+            if mode == sql_mode:
+                return None
+            continue
+        found += [name for name in named if name not in found]
+    return found or None
+
+
+def _tables_named(tokens: list[Token], default_schema: str) -> list[tuple[str, str]]:
     tokens = tokens[statement_start(tokens) :]
     # DROP TABLE a, b and RENAME TABLE a TO b, c TO d list several tables, each after a comma.
     listing = bool(tokens) and tokens[0].is_word("DROP", "RENAME")
@@ -38,7 +48,7 @@ def tables_named(query: str, default_schema: str, sql_mode: int = 0) -> list[tup
         name = _qualified(tokens, j, default_schema)
         if name is not None:
             found.append(name)
-    return found or None
+    return found
 
 
 def _renames_a_column_or_index(tokens: list[Token], to: int) -> bool:

@@ -375,6 +375,36 @@ def test_a_ddl_that_failed_on_the_source_leaves_its_tables_in_doubt(mariadb_no_m
     assert "it failed on the source (error 1005)" in problems[0]
 
 
+def test_a_ddl_behind_set_statement_sql_mode_is_read_only_where_every_sql_mode_reads_it_alike(
+    mariadb_no_metadata: MariaDB,
+) -> None:
+    """SET STATEMENT sql_mode = ... FOR: the server reads the statement under the session's sql_mode and runs it
+    under the one given, which the binlog carries. A text that reads alike under either is applied; one that does
+    not ("a\\b" is a name under ANSI_QUOTES, a string with an escape without) leaves its table in doubt."""
+    server = mariadb_no_metadata
+    schema = "hist12"
+    server.execute(
+        f"DROP DATABASE IF EXISTS {schema}",
+        f"CREATE DATABASE {schema}",
+        f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))",
+        f"CREATE TABLE {schema}.u (id INT PRIMARY KEY, a VARCHAR(20))",
+    )
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    with server.connect(schema) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ANSI_QUOTES'")
+        cur.execute("SET STATEMENT sql_mode = '' FOR ALTER TABLE t RENAME COLUMN a TO x, RENAME COLUMN b TO a")
+        cur.execute("SET STATEMENT sql_mode = '' FOR ALTER TABLE u ADD \"c\\b\" VARCHAR(20) FIRST")
+        cur.execute("INSERT INTO t VALUES (1, 'x', 'a')")
+        cur.execute("INSERT INTO u VALUES ('c', 2, 'a')")
+    assert [row[0] for row in server.query(f"SHOW COLUMNS FROM {schema}.u")] == ["c\\b", "id", "a"]
+    assert _rows_by_table(server, schema, history, start) == {
+        "t": [{"id": "1", "x": "x", "a": "a"}],
+        "u": [{"@1": "c", "@2": "2", "@3": "a"}],
+    }
+    assert "SET STATEMENT sets the sql_mode" in problems[0]
+
+
 def test_compressed_ddl_is_read_in_its_client_charset(mariadb_no_metadata: MariaDB) -> None:
     """MariaDB's log_bin_compress writes a long statement as a QUERY_COMPRESSED event: it is uncompressed to its bytes,
     then read in the client's charset like any other (a latin1 session's names come out right)."""
