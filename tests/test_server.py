@@ -1011,6 +1011,31 @@ def test_a_new_auth_of_a_name_starts_after_every_row_its_previous_session_sent(r
     wait_for(lambda: Client.objects.get(id=third.client_id).acked_seq == 30)
 
 
+def test_a_new_auth_starts_after_the_rows_whose_write_a_request_of_the_old_session_carries(
+    relay: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An auto-ack FETCH's rows are written by the session's next store call: a newer AUTH of the name that comes
+    while that call is in the store (here made slow) starts after it, not before (the rows would come twice)."""
+    from relay.server import queues
+
+    first = authed(relay, "carried")
+    enqueue(first.client_id, [{"id": str(i)} for i in range(5)])
+    assert [e.seq for e in fetch(first, 10).events] == [1, 2, 3, 4, 5]
+    read = queues._fetch
+
+    def slow_read(*args: object) -> queues.FetchRead:
+        time.sleep(0.5)
+        return read(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(queues, "_fetch", slow_read)
+    first.send(encode_request(Command.FETCH, encode_fetch(10, 0), client_id=first.client_id, token=first.token))
+    time.sleep(0.1)  # that FETCH's store call, which writes what the first one delivered, is under way
+    second = authed(relay, "carried")
+    monkeypatch.setattr(queues, "_fetch", read)
+    assert fetch(second, 10) is None
+    assert Client.objects.get(id=second.client_id).acked_seq == 5
+
+
 def test_an_auth_never_waits_for_the_auths_of_another_name(relay: ServerThread) -> None:
     """AUTHs of one name run one at a time; another name's AUTH goes through meanwhile, whatever the names (these
     two fell on one of 64 shared locks before)."""

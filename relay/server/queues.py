@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django.db import DatabaseError
 
@@ -231,6 +231,9 @@ class SessionQueue:
     #: The write-behind in flight, if any, until its result is applied (the sync task spends most of its life
     #: sleeping before it).
     _writing: asyncio.Task[None] | None = None
+    #: The other store calls in flight that write what the session delivered (a request's, the FETCH read-ahead's):
+    #: :meth:`settle` waits for them too, so a session's end writes after them.
+    _carrying: set[asyncio.Future[Any]] = field(default_factory=set)
     #: FETCH read-ahead: the next auto-ack batch, read while the client takes in the current one, and the
     #: (max_events, byte_budget) it was read for. Only a FETCH asking the same serves it; anything else drops it.
     _next: asyncio.Task[FetchRead | None] | None = None
@@ -279,8 +282,14 @@ class SessionQueue:
             raise StaleSession
         await self.settle()
         pending = self._take_pending()
+        call: asyncio.Future[T] = asyncio.ensure_future(
+            self.threads.run(function, self.client_id, self.token, pending, *args)
+        )
+        if pending is not None:
+            self._carrying.add(call)
+            call.add_done_callback(self._carrying.discard)
         try:
-            return await self.threads.run(function, self.client_id, self.token, pending, *args)
+            return await call
         except StaleSession:
             self.stale = True
             raise
@@ -380,14 +389,16 @@ class SessionQueue:
         return result
 
     async def settle(self) -> None:
-        """Waits for the write in flight, if any.
+        """Waits for the writes in flight, if any: the write-behind's, and those of the store calls that took what
+        was pending (a request of a connection a newer AUTH just closed may still be in the store: what it writes
+        must be there before the new session starts).
 
         Not for a sync task still sleeping out SYNC_DELAY: the caller's own store call takes what is pending (one
         write instead of two, and no request waits out the delay), and the task then finds nothing left to write.
         """
-        writing = self._writing
-        if writing is not None and not writing.done():
-            await asyncio.wait([writing])
+        writing = [call for call in (self._writing, *self._carrying) if call is not None and not call.done()]
+        if writing:
+            await asyncio.wait(writing)
 
     async def flush(self) -> None:
         """Writes everything pending now (the session ends)."""
