@@ -1166,6 +1166,29 @@ def test_a_reply_taken_slowly_is_delivered_once_tcp_has_it_all(relay: ServerThre
     assert decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after == b"2"
 
 
+@pytest.mark.parametrize("command", [Command.POLL, Command.FETCH])
+def test_a_reply_tcp_has_not_taken_whole_is_cut_when_a_newer_auth_closes_its_connection(
+    relay: ServerThread, command: int
+) -> None:
+    """The newer session starts at what the older one delivered, which a reply still being written is not part of:
+    that reply must not reach the client whole (its rows come to the new session, once)."""
+    client = _reluctant_reader(relay)
+    big = "z" * (8 << 20)
+    enqueue(client.client_id, [{"id": "1", "blob": big}, {"id": "2"}])
+    payload = encode_fetch(10, 0) if command == Command.FETCH else b""
+    client.send(encode_request(command, payload, client_id=client.client_id, token=client.token))
+    time.sleep(0.5)  # the relay writes what TCP takes, then waits for the rest
+    again = authed(relay, "reluctant")
+    with pytest.raises(OSError):
+        client.reply()
+    client.close()
+    if command == Command.FETCH:
+        assert [e.seq for e in fetch(again, 10).events] == [1]
+    else:
+        result, reply = again.request(Command.POLL)
+        assert result == Result.OK and decode_poll_reply(reply).columns[1].after == big.encode()
+
+
 # -- the event loop -----------------------------------------------------------------------------------------------
 
 

@@ -639,7 +639,12 @@ class Connection(asyncio.Protocol):
         self.session = None  # the newer session owns the client now; do not mark it disconnected
         if self._waiter is not None:
             self._waiter.event.set()
-        self._close()
+        if self._writing:
+            # A reply TCP has not taken whole: the new session starts at what the old one delivered, which this
+            # reply is not part of, so it must not reach the client whole either (its rows come to the new session).
+            self.abort()
+        else:
+            self._close()
 
     def _finish(self) -> None:
         """The connection is closed and no request of it is in flight: hand its session back, count it out."""
