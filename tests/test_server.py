@@ -1036,6 +1036,38 @@ def test_a_new_auth_starts_after_the_rows_whose_write_a_request_of_the_old_sessi
     assert Client.objects.get(id=second.client_id).acked_seq == 5
 
 
+def test_a_new_auth_starts_after_the_rows_a_request_took_up_once_the_write_behind_ended(
+    relay: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request of the old session that waited for the write-behind, as the newer AUTH did, then takes what the
+    session delivered meanwhile to the store: the newer session starts after that too."""
+    from relay.server import queues
+
+    first = authed(relay, "queued-behind")
+    enqueue(first.client_id, [{"id": str(i)} for i in range(10)])
+    refill, read = queues._refill, queues._fetch
+
+    def slow(function: Callable[..., T]) -> Callable[..., T]:
+        def call(*args: object) -> T:
+            time.sleep(0.5)
+            return function(*args)
+
+        return call
+
+    assert decode_poll_reply(first.request(Command.POLL)[1]).columns[0].after == b"0"
+    monkeypatch.setattr(queues, "_refill", slow(refill))  # the write-behind (it tops the read-ahead up)
+    monkeypatch.setattr(queues, "_fetch", slow(read))
+    time.sleep(0.02)  # the write-behind of that POLL is in the store (the read-ahead's bounds are still fresh)
+    ids = [decode_poll_reply(first.request(Command.POLL)[1]).columns[0].after for _ in range(2)]
+    assert ids == [b"1", b"2"]  # from the read-ahead, while the write-behind is in the store
+    first.send(encode_request(Command.FETCH, encode_fetch(10, 0), client_id=first.client_id, token=first.token))
+    time.sleep(0.1)
+    second = authed(relay, "queued-behind")
+    monkeypatch.setattr(queues, "_refill", refill)
+    monkeypatch.setattr(queues, "_fetch", read)
+    assert decode_poll_reply(second.request(Command.POLL)[1]).columns[0].after == b"3"
+
+
 def test_an_auth_never_waits_for_the_auths_of_another_name(relay: ServerThread) -> None:
     """AUTHs of one name run one at a time; another name's AUTH goes through meanwhile, whatever the names (these
     two fell on one of 64 shared locks before)."""

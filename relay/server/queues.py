@@ -396,8 +396,10 @@ class SessionQueue:
         Not for a sync task still sleeping out SYNC_DELAY: the caller's own store call takes what is pending (one
         write instead of two, and no request waits out the delay), and the task then finds nothing left to write.
         """
-        writing = [call for call in (self._writing, *self._carrying) if call is not None and not call.done()]
-        if writing:
+        while True:  # another such call may start while these end (it took what was pending): wait for it too
+            writing = [call for call in (self._writing, *self._carrying) if call is not None and not call.done()]
+            if not writing:
+                return
             await asyncio.wait(writing)
 
     async def flush(self) -> None:
