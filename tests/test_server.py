@@ -627,6 +627,26 @@ def test_a_reply_written_after_the_client_closed_its_side_delivers_nothing(relay
     assert [e.seq for e in fetch(again, 10).events] == [1]
 
 
+def test_a_connection_closed_once_its_last_reply_is_with_tcp_ends_without_an_event_loop_error(
+    relay: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The relay closes a connection whose client closed its side once the last reply is with TCP; TCP took that
+    reply in part, and the rest as the client read it: the connection ends once, without the event loop's "Exception
+    in callback" error."""
+    client = _reluctant_reader(relay)
+    enqueue(client.client_id, [{"id": "1", "blob": "x" * (8 << 20)}])
+    client.send(encode_request(Command.POLL, client_id=client.client_id, token=client.token))
+    time.sleep(0.5)  # the relay writes what TCP takes, then waits for the rest
+    client.sock.shutdown(socket.SHUT_WR)
+    assert client.reply()[0] == Result.OK
+    assert client.closed_by_peer()
+    client.close()
+    wait_for(lambda: not Client.objects.get(id=client.client_id).connected)
+    assert relay.server is not None and not relay.server.connections
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert not errors, [record.getMessage() for record in errors]
+
+
 def test_a_commit_wakes_the_long_polls_of_its_clients_and_no_other(relay: ServerThread) -> None:
     """On PostgreSQL the worker's NOTIFY names the clients whose queues grew: a busy client's commits do not make
     every idle long-poll read its queue again (on SQLite the watch compares each waiter's own queue)."""

@@ -236,7 +236,13 @@ class Connection(asyncio.Protocol):
         """TCP did not take the reply whole (the transport flags it at once: its high-water mark is 0)."""
 
     def resume_writing(self) -> None:
-        """The rest of the reply is with TCP now: it counts, and the next request is served."""
+        """The rest of the reply is with TCP now: it counts, and the next request is served, at the loop's next turn
+        (the transport calls this from its write callback, which ends the connection itself once its buffer is empty
+        and it is closing: closed from here, the connection would end twice)."""
+        if self._writing and not self._lost:
+            self.loop.call_soon(self._written)
+
+    def _written(self) -> None:
         if self._writing and not self._lost:
             self._writing = False
             self._sent(self._close_after_write)
