@@ -485,23 +485,19 @@ class Worker:
         except AccessDeniedError as exc:  # e.g. REPLICATION SLAVE missing: the dump is refused after the position
             return self._refused(exc)
         except BinlogResetError as exc:
-            message = (
+            return self._failed(
                 f"{exc}. The checkpoint's position means nothing in the new file, and the changes after it that the "
                 f"old one held are lost to this relay; to go on from the new binlog, restart with --from FILE:POS "
-                f"(for example its first file at 4, see SHOW BINARY LOGS)."
+                f"(for example its first file at 4, see SHOW BINARY LOGS).",
+                EXIT_PURGED,
             )
-            log.error("%s", message)
-            self._set_status(WorkerStatus.State.FAILED, last_error=message, last_error_at=timezone.now())
-            return EXIT_PURGED
         except PurgedPositionError as exc:
-            message = (
+            return self._failed(
                 f"{exc}.{self._what_the_source_has(exc.file)} The changes between the checkpoint and the oldest "
                 f"binlog the source still has are lost to this relay; to skip forward explicitly, restart with --from "
-                f"FILE:POS (for example the source's oldest binlog, see SHOW BINARY LOGS) or --from-gtid."
+                f"FILE:POS (for example the source's oldest binlog, see SHOW BINARY LOGS) or --from-gtid.",
+                EXIT_PURGED,
             )
-            log.error("%s", message)
-            self._set_status(WorkerStatus.State.FAILED, last_error=message, last_error_at=timezone.now())
-            return EXIT_PURGED
         except UnreadablePositionError as exc:
             return self._failed(
                 f"{exc}. Nothing after the checkpoint was applied; if the position came from --from or StartFrom, "
@@ -722,10 +718,10 @@ class Worker:
             return self._failed(f"stopping: {exc}; grant it to '{exc.user}' on the source, then start again")
         return self._failed(f"stopping: {exc}; check [Server] Login and Password")
 
-    def _failed(self, message: str) -> int:
+    def _failed(self, message: str, exit_code: int = EXIT_FAILED) -> int:
         log.error("%s", message)
         self._set_status(WorkerStatus.State.FAILED, last_error=message, last_error_at=timezone.now())
-        return EXIT_FAILED
+        return exit_code
 
     # -- reading and applying -------------------------------------------------------------------------------------
 
