@@ -70,6 +70,8 @@ class BinlogStream:
         self.last_error: str = ""
         self.lag_seconds: float = 0.0
         self.connected_at: float = 0.0
+        #: The connection is up and its dump has sent an event (False from a loss until a reconnect reads again).
+        self.streaming = False
         self.server_version = ""
 
     # -- statistics -----------------------------------------------------------------------------------------------
@@ -146,6 +148,7 @@ class BinlogStream:
         self.connected_at = time.time()
 
     def _drop_connection(self) -> None:
+        self.streaming = False
         with self._lock:
             conn, self._conn = self._conn, None
         if conn is not None:
@@ -159,6 +162,7 @@ class BinlogStream:
                     self._connect()
                 assert self._conn is not None and self._decoder is not None
                 event = self._conn.read_event()
+                self.streaming = True
                 if event is None:
                     if self.blocking:  # a blocking dump only ends when the source goes away (e.g. its shutdown)
                         raise ConnectionLostError("the source ended the binlog dump")

@@ -325,6 +325,24 @@ def test_a_worker_is_not_shown_connected_before_it_reads_from_the_source(own_mar
     assert "connected" not in states, states  # /healthz would have said OK while the source refused the stream
 
 
+def test_a_source_that_goes_away_shows_as_reconnecting_at_once_not_after_heartbeats_are_missed(
+    own_mariadb: MariaDB,
+) -> None:
+    """The stream knows at once that its connection was lost: the state says so at its first failed reconnect,
+    not only after two heartbeat periods of silence (here 20 s) while /healthz would still say OK."""
+    server = own_mariadb
+    worker = start_worker(server, server.binlog_position(), RELAY_SERVER_HEARTBEATSECONDS="10")
+    server.execute("CREATE DATABASE IF NOT EXISTS s")  # a first batch: the worker reports connected
+    wait_for(lambda: WorkerStatus.objects.filter(state="connected").exists(), 60, message="connected")
+    server.stop()
+    stopped = time.monotonic()
+    wait_for(lambda: WorkerStatus.objects.get().state == "reconnecting", 30, interval=0.1, message="reconnecting")
+    assert time.monotonic() - stopped < 8, worker.output[-2000:]
+    assert worker.alive()
+    server.start()
+    wait_for(lambda: WorkerStatus.objects.get().state == "connected", 60, message="connected again")
+
+
 def test_purged_checkpoint_stops_with_a_message_and_from_skips_forward(own_mariadb: MariaDB) -> None:
     server = own_mariadb
     server.execute("CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)")

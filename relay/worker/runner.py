@@ -699,12 +699,15 @@ class Worker:
         self._set_status(WorkerStatus.State.RECONNECTING, last_error=where, last_error_at=timezone.now())
 
     def _watch_source(self) -> None:
-        """Called while no transaction arrives: a connected source sends a heartbeat every HeartbeatSeconds, so a
-        longer silence after a new failed attempt means the stream is reconnecting (it logs each attempt itself).
-        The next batch (a heartbeat's at least) sets the state back to connected."""
+        """Called while no transaction arrives: after a new failed attempt, the stream is reconnecting (it logs each
+        attempt itself) while its connection is down, or when it stays silent longer than a connected source may (a
+        heartbeat every HeartbeatSeconds). The next batch (a heartbeat's at least) sets the state back to connected."""
         reconnects = getattr(self._stream, "reconnects", 0)
+        if reconnects <= self._reported_reconnects:
+            return
+        down = not getattr(self._stream, "streaming", True)
         silent = time.monotonic() - self._last_item_at > 2 * self.config.source.heartbeat_seconds + 1
-        if silent and reconnects > self._reported_reconnects:
+        if down or silent:
             self._reported_reconnects = reconnects
             WorkerStatus.objects.filter(source=self.source).update(
                 state=WorkerStatus.State.RECONNECTING,
