@@ -12,6 +12,8 @@ writes through the store package (relay/store/), and nothing outside these two w
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from binlog.constants import (
@@ -132,6 +134,20 @@ class Filter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schema_name}.{self.table_name} ({mask_letters(self.event_mask)})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A save of a filter that exists (the admin's forms and inlines) writes every column but the discard count
+        and time: the worker adds to those in its batches, at any moment (relay/worker/ingest.py), and a save of the
+        values read before would take back what it counted meanwhile, all of a large transaction's drops when the
+        save waited for that transaction's commit."""
+        written = kwargs.get("update_fields") is not None or kwargs.get("force_insert")
+        if not self._state.adding and not args and not written:
+            kwargs["update_fields"] = [
+                field.name
+                for field in self._meta.concrete_fields
+                if not field.primary_key and field.name not in ("discarded", "last_discard")
+            ]
+        super().save(*args, **kwargs)
 
 
 class FilterVersion(models.Model):

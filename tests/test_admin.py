@@ -215,6 +215,36 @@ def test_filters_are_editable_and_validated(staff: HttpClient, filled) -> None:
     assert (spec.event_mask, spec.queue_limit, spec.discard_policy) == (5, 99, 1)
 
 
+def test_an_admin_edit_of_a_filter_keeps_the_discards_the_worker_counted_meanwhile(staff: HttpClient, filled) -> None:
+    """The worker adds to a filter's discard count at any moment: here between the admin's read of the filter and its
+    save (as when the save waits for the commit of a large transaction whose drops the filter's limit made). The
+    edit writes the fields of its form, not the count it read."""
+    from django.db.models import F
+    from django.db.models.signals import pre_save
+
+    spec = Filter.objects.get(client_id=filled.client_ids[QUOTED])
+    counted, moment = spec.discarded, timezone.now()
+
+    def worker_discards(sender: object, instance: Filter, **kwargs: object) -> None:
+        Filter.objects.filter(id=instance.id).update(discarded=F("discarded") + 5, last_discard=moment)
+
+    data = {
+        "client": spec.client_id,
+        "event_mask": spec.event_mask,
+        "schema_name": spec.schema_name,
+        "table_name": spec.table_name,
+        "queue_limit": 42,
+        "discard_policy": 1,
+    }
+    pre_save.connect(worker_discards, sender=Filter)
+    try:
+        assert staff.post(reverse("admin:relay_filter_change", args=[spec.pk]), data).status_code == 302
+    finally:
+        pre_save.disconnect(worker_discards, sender=Filter)
+    spec.refresh_from_db()
+    assert (spec.queue_limit, spec.discard_policy, spec.discarded, spec.last_discard) == (42, 1, counted + 5, moment)
+
+
 def test_non_staff_users_cannot_use_the_admin(client: HttpClient, filled) -> None:
     assert client.login(username="viewer", password=PASSWORD)
     response = client.get(reverse("admin:relay_client_changelist"))
