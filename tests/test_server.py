@@ -19,6 +19,7 @@ from django.db import connection
 from clientproto import (
     BAD_CHECKSUM_REPLY,
     EMPTY_REPLY,
+    FETCH_BYTE_BUDGET,
     MAX_PAYLOAD,
     MAX_UNAUTHENTICATED_PAYLOAD,
     Command,
@@ -1137,6 +1138,34 @@ def test_a_poll_read_ahead_of_large_rows_holds_about_its_byte_budget(relay: Serv
     ids = [0] + [int(decode_poll_reply(client.request(Command.POLL)[1]).columns[0].after) for _ in range(39)]
     assert ids == list(range(40))
     assert client.request(Command.POLL) == (Result.EMPTY, b"")
+
+
+def test_a_fetch_read_ahead_of_rows_over_the_batch_budget_is_not_held(relay: ServerThread) -> None:
+    """An auto-ack FETCH session reads its next batch while its client takes in the current one, and keeps it while
+    the client is idle: a batch far over the byte budget (a row change larger than it comes alone) is not kept, and
+    the queue still comes whole and in order."""
+    from relay.server import queues
+
+    client = authed(relay)
+    big = "b" * (2 * FETCH_BYTE_BUDGET + 1)
+    enqueue(client.client_id, [{"id": "0", "v": big}, {"id": "1", "v": big}, {"id": "2", "v": "small"}])
+    assert [e.seq for e in fetch(client, 10).events] == [1]
+    time.sleep(0.3)  # the read-ahead of what follows is in
+
+    async def held() -> int:
+        assert relay.server is not None
+        (session,) = [c.session for c in relay.server.connections if c.session is not None]
+        task = session._next
+        result = None if task is None else await asyncio.shield(task)
+        return 0 if result is None else len(result.frame)
+
+    assert relay.loop is not None
+    size = asyncio.run_coroutine_threadsafe(held(), relay.loop).result(10)
+    assert size <= queues.FETCH_READ_AHEAD_BUDGETS * FETCH_BYTE_BUDGET, size
+    second = fetch(client, 10).events
+    assert [e.seq for e in second] == [2] and second[0].columns[1].after == big.encode()
+    assert [e.seq for e in fetch(client, 10).events] == [3]
+    wait_for(lambda: Client.objects.get(id=client.client_id).acked_seq == 3)
 
 
 def test_a_long_queue_comes_whole_and_in_order_through_the_read_ahead(relay: ServerThread) -> None:

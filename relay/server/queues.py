@@ -53,6 +53,11 @@ READ_AHEAD = 128
 #: replies, so this bounds what one POLL client holds in the server: about twice this. Small rows still come 128 at
 #: a time; large ones a few at a time, each read costing little next to sending them.
 POLL_READ_BYTES = 1 << 20
+#: A FETCH read-ahead is kept only while its reply is at most this many times its batch's byte budget. A session keeps
+#: it while its client is idle (up to the idle timeout), its changes with it, so this bounds what one auto-ack FETCH
+#: client holds in the server: about twice this. A larger one (a row change larger than the budget, which comes
+#: alone) is let go as soon as it is read, and the next FETCH reads it again.
+FETCH_READ_AHEAD_BUDGETS = 2
 #: Deliveries are written at most this long after the reply that made them (plus one store round trip).
 SYNC_DELAY = 0.005
 #: A POLL reply's QueueSize counts the entries queued up to the session's last read of its queue's bounds; past this
@@ -371,6 +376,8 @@ class SessionQueue:
         try:
             result = await self._store_call(_fetch, self.records, 0, None, max_events, byte_budget, self._held)
             self._next_read = time.monotonic()
+            if len(result.frame) > FETCH_READ_AHEAD_BUDGETS * byte_budget:
+                return None  # too large to hold while the client may be idle: the next FETCH reads it again
             return result
         except StaleSession:
             return None  # the session is marked stale: its next request gets 0xFB
