@@ -494,15 +494,26 @@ class ChangeAdmin(ReadOnlyAdmin):
         )
 
 
+#: Characters (bytes, for binary data) of a value the change page shows; a longer one is cut, saying its size, so a
+#: row of any size (up to 1 GB) gives a page a browser can show.
+SHOWN_VALUE_LENGTH = 4096
+
+
 def _shown(value: object) -> str:
-    """A stored value for a person: NULL and missing say so, binary data is shown as hex."""
+    """A stored value for a person: NULL and missing say so, binary data is shown as hex; a value longer than
+    SHOWN_VALUE_LENGTH is cut, with its whole length."""
     if value is None:
         return "NULL"
     if value is rowcodec.MISSING:
         return "(not in the row image)"
     if isinstance(value, bytes):
+        if len(value) > SHOWN_VALUE_LENGTH:
+            return f"0x{value[:SHOWN_VALUE_LENGTH].hex()}… ({len(value):,} bytes in all)"
         return "0x" + value.hex()
-    return str(value)
+    text = str(value)
+    if len(text) > SHOWN_VALUE_LENGTH:
+        return f"{text[:SHOWN_VALUE_LENGTH]}… ({len(text):,} characters in all)"
+    return text
 
 
 @admin.register(QueueEntry)

@@ -25,7 +25,7 @@ from relay.models import (
 from relay.store.statistics import reset_statistics
 from relay.worker.samples import Sampler
 from tests.helpers.dashboard_data import HOSTILE, HOSTILE_ESCAPED, PASSWORD, QUOTED, UNICODE
-from tests.helpers.queues import queue_size
+from tests.helpers.queues import enqueue, queue_size
 from tests.helpers.snapshot_data import EVIL_ERROR, add_snapshots
 
 pytestmark = pytest.mark.django_db
@@ -281,6 +281,21 @@ def test_change_page_shows_the_decoded_columns(staff: HttpClient, filled) -> Non
     assert update is not None
     html = staff.get(reverse("admin:relay_change_change", args=[update.pk])).content.decode()
     assert "<td>photo</td><td>0x00ff62696e</td><td>0x00ff62696e</td>" in html
+
+
+def test_change_page_cuts_values_of_a_large_row(staff: HttpClient) -> None:
+    """A row change of many megabytes gives a page of a few kilobytes: each long value is cut, saying its length,
+    and escaped."""
+    from relay import store
+
+    session = store.open_session("large-rows")
+    enqueue(session.client_id, [{"id": "1", "text": HOSTILE * 200_000, "blob": b"\xff" * 3_000_000}])
+    change = Change.objects.latest("id")
+    html = staff.get(reverse("admin:relay_change_change", args=[change.pk])).content.decode()
+    assert len(html) < 100_000
+    assert HOSTILE not in html
+    assert f"({len(HOSTILE) * 200_000:,} characters in all)" in html
+    assert f"<td>blob</td><td>(not in the row image)</td><td>0x{'ff' * 4096}… (3,000,000 bytes in all)" in html
 
 
 def test_times_are_dates_and_lag_is_rounded(staff: HttpClient) -> None:
