@@ -50,6 +50,7 @@ from relay.models import (
     mask_letters,
 )
 from relay.store import relayprocess, rowcodec
+from relay.store.filters import MAX_FILTERS_PER_CLIENT
 from relay.store.snapshots import SnapshotRefused, cancel_snapshots, parse_table, progress, request_snapshots
 from relay.store.statistics import reset_statistics
 from relay.templatetags.relay_tags import duration, num, unix_time
@@ -138,11 +139,31 @@ class FilterForm(forms.ModelForm):
         model = Filter
         fields = ("client", "event_mask", "schema_name", "table_name", "queue_limit", "discard_policy")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("schema_name", "table_name"):
+            if name in self.fields:
+                # Names are matched as the source writes them, and MariaDB allows leading spaces in a table's name.
+                cast(forms.CharField, self.fields[name]).strip = False
+
     def clean_event_mask(self) -> int:
         mask = self.cleaned_data["event_mask"]
         if not 1 <= mask <= 7:
             raise forms.ValidationError("a combination of 1 (insert), 2 (update) and 4 (delete): 1 to 7")
         return mask
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        client = cleaned.get("client")
+        client_id = client.pk if client is not None else self.instance.client_id
+        # The limit the protocol's ADDFILTER and the store keep (relay.store.filters.add_filter), here too.
+        if (
+            self.instance.pk is None
+            and client_id is not None
+            and Filter.objects.filter(client_id=client_id).count() >= MAX_FILTERS_PER_CLIENT
+        ):
+            raise forms.ValidationError(f"the client has {MAX_FILTERS_PER_CLIENT} filters, the limit; remove one first")
+        return cleaned
 
 
 class FilterInline(admin.TabularInline):

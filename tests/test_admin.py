@@ -215,6 +215,25 @@ def test_filters_are_editable_and_validated(staff: HttpClient, filled) -> None:
     assert (spec.event_mask, spec.queue_limit, spec.discard_policy) == (5, 99, 1)
 
 
+def test_the_admins_filter_form_keeps_names_as_given_and_the_filter_limit(staff: HttpClient, filled) -> None:
+    """A table's name may begin with spaces (MariaDB allows it): kept as typed. A client at its filter limit gets no
+    more filters from the admin than from ADDFILTER."""
+    from relay.store.filters import MAX_FILTERS_PER_CLIENT
+
+    client_id = filled.client_ids[QUOTED]
+    data = {"client": client_id, "event_mask": 7, "schema_name": "shop", "table_name": "  spaced ", "queue_limit": 0}
+    assert staff.post(reverse("admin:relay_filter_add"), {**data, "discard_policy": 0}).status_code == 302
+    assert Filter.objects.filter(client_id=client_id, table_name="  spaced ").exists()
+    have = Filter.objects.filter(client_id=client_id).count()
+    Filter.objects.bulk_create(
+        Filter(client_id=client_id, event_mask=1, schema_name="s", table_name=f"t{n}")
+        for n in range(MAX_FILTERS_PER_CLIENT - have)
+    )
+    response = staff.post(reverse("admin:relay_filter_add"), {**data, "table_name": "one_more", "discard_policy": 0})
+    assert response.status_code == 200 and b"the limit; remove one first" in response.content
+    assert Filter.objects.filter(client_id=client_id).count() == MAX_FILTERS_PER_CLIENT
+
+
 def test_an_admin_edit_of_a_filter_keeps_the_discards_the_worker_counted_meanwhile(staff: HttpClient, filled) -> None:
     """The worker adds to a filter's discard count at any moment: here between the admin's read of the filter and its
     save (as when the save waits for the commit of a large transaction whose drops the filter's limit made). The
