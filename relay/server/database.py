@@ -44,8 +44,12 @@ class StoreThreads:
         self._lock = threading.Lock()
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
+        return await self.submit(function, *args)
+
+    def submit(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """The call started in a store thread, as a future (to await, or to wait for beside other work)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(self._call, function, args))
+        return loop.run_in_executor(self._pool, functools.partial(self._call, function, args))
 
     def _call(self, function: Callable[..., T], args: tuple[Any, ...]) -> T:
         wrapper = connections["default"]

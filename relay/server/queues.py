@@ -287,9 +287,7 @@ class SessionQueue:
             raise StaleSession
         await self.settle()
         pending = self._take_pending()
-        call: asyncio.Future[T] = asyncio.ensure_future(
-            self.threads.run(function, self.client_id, self.token, pending, *args)
-        )
+        call = self.threads.submit(function, self.client_id, self.token, pending, *args)
         if pending is not None:
             self._carrying.add(call)
             call.add_done_callback(self._carrying.discard)
