@@ -231,6 +231,19 @@ def _rows_by_table(server: MariaDB, schema: str, history: SchemaHistory, start: 
     return rows
 
 
+def _fresh_history(server: MariaDB, schema: str, *tables: str) -> tuple[SchemaHistory, tuple[str, int], list[str]]:
+    """``schema`` made anew with ``tables`` (each "name (columns)", as CREATE TABLE takes it), and a history whose
+    baseline is read now; the problems it reports come in the list."""
+    server.execute(
+        f"DROP DATABASE IF EXISTS {schema}",
+        f"CREATE DATABASE {schema}",
+        *(f"CREATE TABLE {schema}.{t}" for t in tables),
+    )
+    problems: list[str] = []
+    history, start = _history_from_now(server, schema, problems)
+    return history, start, problems
+
+
 def _history_from_now(server: MariaDB, schema: str, problems: list[str]) -> tuple[SchemaHistory, tuple[str, int]]:
     read = read_current(lambda sql, *params: server.query(sql, *params), [schema])
     assert read is not None
@@ -250,9 +263,7 @@ def test_labels_and_names_of_ddl_in_the_stream_are_the_servers(mariadb_no_metada
     legacy PHP applications do), come out as SELECT shows them."""
     server = mariadb_no_metadata
     schema = "hist6"
-    server.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
-    problems: list[str] = []
-    history, start = _history_from_now(server, schema, problems)
+    history, start, problems = _fresh_history(server, schema)
     server.execute(
         r"CREATE TABLE t1 (id INT PRIMARY KEY, e ENUM('a\\b', 'plain'), s SET('x\\y', 'z'))",
         r"INSERT INTO t1 VALUES (1, 'a\\b', 'x\\y,z')",
@@ -275,9 +286,7 @@ def test_ddl_is_read_under_its_sessions_sql_mode(mariadb_no_metadata: MariaDB) -
     sql_mode, and the DDL is read as the server read it."""
     server = mariadb_no_metadata
     schema = "hist8"
-    server.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
-    problems: list[str] = []
-    history, start = _history_from_now(server, schema, problems)
+    history, start, problems = _fresh_history(server, schema)
     with server.connect(schema) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = 'ANSI_QUOTES'")
         cur.execute("CREATE TABLE \"quoted t\" (\"my id\" INT PRIMARY KEY, e ENUM('it''s', 'x'))")
@@ -298,14 +307,11 @@ def test_compressed_columns_keep_their_names(mariadb_no_metadata: MariaDB) -> No
     value is compressed): its table has its names, from the baseline and from DDL in the stream alike."""
     server = mariadb_no_metadata
     schema = "hist9"
-    server.execute(
-        f"DROP DATABASE IF EXISTS {schema}",
-        f"CREATE DATABASE {schema}",
-        f"CREATE TABLE {schema}.old (id INT PRIMARY KEY, v VARCHAR(64) COMPRESSED, w VARCHAR(10) CHARSET latin1 "
-        "COMPRESSED)",
+    history, start, problems = _fresh_history(
+        server,
+        schema,
+        "old (id INT PRIMARY KEY, v VARCHAR(64) COMPRESSED, w VARCHAR(10) CHARSET latin1 COMPRESSED)",
     )
-    problems: list[str] = []
-    history, start = _history_from_now(server, schema, problems)
     server.execute(
         "INSERT INTO old VALUES (1, 'v', 'w')",
         "CREATE TABLE new (id INT PRIMARY KEY, a VARBINARY(300) COMPRESSED, b TEXT COMPRESSED)",
@@ -327,14 +333,12 @@ def test_a_temporary_table_renamed_onto_a_tables_name_leaves_both_in_doubt(maria
     under the other's names."""
     server = mariadb_no_metadata
     schema = "hist10"
-    server.execute(
-        f"DROP DATABASE IF EXISTS {schema}",
-        f"CREATE DATABASE {schema}",
-        f"CREATE TABLE {schema}.u (id INT PRIMARY KEY, a VARCHAR(20))",
-        f"CREATE TABLE {schema}.u2 (id INT PRIMARY KEY, b VARCHAR(20))",
+    history, start, problems = _fresh_history(
+        server,
+        schema,
+        "u (id INT PRIMARY KEY, a VARCHAR(20))",
+        "u2 (id INT PRIMARY KEY, b VARCHAR(20))",
     )
-    problems: list[str] = []
-    history, start = _history_from_now(server, schema, problems)
     with server.connect(schema) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION binlog_format = 'ROW'")
         cur.execute("CREATE TEMPORARY TABLE u (z INT)")
@@ -353,13 +357,11 @@ def test_a_ddl_that_failed_on_the_source_leaves_its_tables_in_doubt(mariadb_no_m
     statement's names."""
     server = mariadb_no_metadata
     schema = "hist11"
-    server.execute(
-        f"DROP DATABASE IF EXISTS {schema}",
-        f"CREATE DATABASE {schema}",
-        f"CREATE TABLE {schema}.v (id INT PRIMARY KEY, a VARCHAR(20))",
+    history, start, problems = _fresh_history(
+        server,
+        schema,
+        "v (id INT PRIMARY KEY, a VARCHAR(20))",
     )
-    problems: list[str] = []
-    history, start = _history_from_now(server, schema, problems)
     with pytest.raises(pymysql.err.OperationalError):
         server.execute(
             "CREATE OR REPLACE TABLE v (id INT PRIMARY KEY, b VARCHAR(20), c INT, "
@@ -383,14 +385,12 @@ def test_a_ddl_behind_set_statement_sql_mode_is_read_only_where_every_sql_mode_r
     not ("a\\b" is a name under ANSI_QUOTES, a string with an escape without) leaves its table in doubt."""
     server = mariadb_no_metadata
     schema = "hist12"
-    server.execute(
-        f"DROP DATABASE IF EXISTS {schema}",
-        f"CREATE DATABASE {schema}",
-        f"CREATE TABLE {schema}.t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))",
-        f"CREATE TABLE {schema}.u (id INT PRIMARY KEY, a VARCHAR(20))",
+    history, start, problems = _fresh_history(
+        server,
+        schema,
+        "t (id INT PRIMARY KEY, a VARCHAR(20), b VARCHAR(20))",
+        "u (id INT PRIMARY KEY, a VARCHAR(20))",
     )
-    problems: list[str] = []
-    history, start = _history_from_now(server, schema, problems)
     with server.connect(schema) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = 'ANSI_QUOTES'")
         cur.execute("SET STATEMENT sql_mode = '' FOR ALTER TABLE t RENAME COLUMN a TO x, RENAME COLUMN b TO a")
@@ -410,9 +410,7 @@ def test_compressed_ddl_is_read_in_its_client_charset(mariadb_no_metadata: Maria
     then read in the client's charset like any other (a latin1 session's names come out right)."""
     server = mariadb_no_metadata
     schema = "hist7"
-    server.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
-    problems: list[str] = []
-    history, start = _history_from_now(server, schema, problems)
+    history, start, problems = _fresh_history(server, schema)
     server.execute("SET GLOBAL log_bin_compress = ON", "SET GLOBAL log_bin_compress_min_len = 10")
     try:
         with latin1_connection(server, schema) as conn, conn.cursor() as cur:
@@ -505,9 +503,7 @@ def test_a_create_redefines_a_table_whose_last_ddl_could_not_be_read(mariadb_no_
     again; a CREATE behind SET STATEMENT ... FOR does too (it was taken for another statement: names stayed @1...)."""
     server = mariadb_no_metadata
     schema = "histredefine"
-    server.execute(f"DROP DATABASE IF EXISTS {schema}", f"CREATE DATABASE {schema}")
-    problems: list[str] = []
-    history, start = _history_from_now(server, schema, problems)
+    history, start, problems = _fresh_history(server, schema)
     with server.connect(schema) as conn, conn.cursor() as cur:
         # A byte the history cannot decode (armscii8 has no exact codec here): it cannot read the statement.
         cur.execute("SET NAMES armscii8")
