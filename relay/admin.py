@@ -50,7 +50,7 @@ from relay.models import (
     mask_letters,
 )
 from relay.store import relayprocess, rowcodec
-from relay.store.filters import MAX_FILTERS_PER_CLIENT
+from relay.store.filters import check_room
 from relay.store.snapshots import SnapshotRefused, cancel_snapshots, parse_table, progress, request_snapshots
 from relay.store.statistics import reset_statistics
 from relay.templatetags.relay_tags import duration, num, unix_time
@@ -156,13 +156,11 @@ class FilterForm(forms.ModelForm):
         cleaned = super().clean() or {}
         client = cleaned.get("client")
         client_id = client.pk if client is not None else self.instance.client_id
-        # The limit the protocol's ADDFILTER and the store keep (relay.store.filters.add_filter), here too.
-        if (
-            self.instance.pk is None
-            and client_id is not None
-            and Filter.objects.filter(client_id=client_id).count() >= MAX_FILTERS_PER_CLIENT
-        ):
-            raise forms.ValidationError(f"the client has {MAX_FILTERS_PER_CLIENT} filters, the limit; remove one first")
+        if self.instance.pk is None and client_id is not None:
+            try:
+                check_room(client_id)  # the limit ADDFILTER keeps, here too
+            except store.StoreError as exc:
+                raise forms.ValidationError(str(exc)) from None
         return cleaned
 
 

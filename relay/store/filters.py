@@ -40,6 +40,12 @@ def check_pattern(what: str, pattern: str) -> None:
         raise StoreError(f"{what} is {len(pattern)} characters, the limit is {MAX_PATTERN_LENGTH}")
 
 
+def check_room(client_id: int) -> None:
+    """Refuses a new filter of a client that has MAX_FILTERS_PER_CLIENT already (ADDFILTER, the admin)."""
+    if Filter.objects.filter(client_id=client_id).count() >= MAX_FILTERS_PER_CLIENT:
+        raise StoreError(f"the client has {MAX_FILTERS_PER_CLIENT} filters, the limit; remove one first")
+
+
 def add_filter(
     client_id: int, event_mask: int, schema_name: str, table_name: str, queue_limit: int = 0, discard_policy: int = 0
 ) -> Filter:
@@ -55,8 +61,7 @@ def add_filter(
             client_id=client_id, event_mask=event_mask, schema_name=schema_name, table_name=table_name
         ).first()
         if spec is None:
-            if Filter.objects.filter(client_id=client_id).count() >= MAX_FILTERS_PER_CLIENT:
-                raise StoreError(f"the client has {MAX_FILTERS_PER_CLIENT} filters, the limit; remove one first")
+            check_room(client_id)
             spec = Filter(client_id=client_id, event_mask=event_mask, schema_name=schema_name, table_name=table_name)
         elif (spec.queue_limit, spec.discard_policy) == (queue_limit, discard_policy):
             return spec  # clients re-send their filters on every connect: nothing changed, nothing to reload
