@@ -14,10 +14,12 @@ import logging
 import re
 import socket
 import struct
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 import pymysql
 
+from binlog import native
 from binlog.constants import (
     BINLOG_CHECKSUM_ALG_CRC32,
     BINLOG_CHECKSUM_ALG_OFF,
@@ -273,9 +275,39 @@ class ReplicationConnection:
             )
         return data
 
+    def read_events(self) -> list[bytes] | None:
+        """The events that have arrived, at least one (waiting for it), or None at the end of a non-blocking dump.
+
+        The compiled event path cuts the whole event packets the connection's buffer holds in one call; a packet
+        not all there yet, or any other (an error, the end, an event of 16 MiB or more), is read by ``read_event``."""
+        split = native.events.split_packets if native.events is not None else None
+        if split is not None:
+            with self._reading():
+                buffered = self._rfile.peek(1)  # what the buffer holds, filled by one read of the socket if empty
+            events, used = split(buffered)
+            if events:
+                self._rfile.read(used)  # already buffered: no wait
+                return cast(list[bytes], events)
+        event = self.read_event()
+        return None if event is None else [event]
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Failures of reading the dump, as the stream's errors."""
+        try:
+            yield
+        except TimeoutError as exc:
+            raise ConnectionLostError(
+                f"no data from the source for {self.settings.effective_read_timeout:.1f}s (heartbeats missing)"
+            ) from exc
+        except OSError as exc:
+            raise ConnectionLostError(f"replication connection failed: {exc}") from exc
+        except ValueError as exc:  # reading a file closed by close() from another thread
+            raise ConnectionLostError(f"replication connection closed: {exc}") from exc
+
     def read_event(self) -> bytes | None:
         """The next event, or None at the end of a non-blocking dump."""
-        try:
+        with self._reading():
             header = self._read_exact(4)
             low, high, _seq = _HEADER.unpack(header)
             length = low | high << 16
@@ -288,14 +320,6 @@ class ReplicationConnection:
                     length = low | high << 16
                     parts.append(self._read_exact(length))
                 payload = b"".join(parts)
-        except TimeoutError as exc:
-            raise ConnectionLostError(
-                f"no data from the source for {self.settings.effective_read_timeout:.1f}s (heartbeats missing)"
-            ) from exc
-        except OSError as exc:
-            raise ConnectionLostError(f"replication connection failed: {exc}") from exc
-        except ValueError as exc:  # reading a file closed by close() from another thread
-            raise ConnectionLostError(f"replication connection closed: {exc}") from exc
         if not payload:
             raise ConnectionLostError("empty packet from the source")
         marker = payload[0]

@@ -14,12 +14,8 @@ The module is built by ``python -m devtools.native`` (``scripts/bootstrap`` runs
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib
-import os
 import struct
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
@@ -63,7 +59,7 @@ from binlog.constants import (
     MYSQL_TYPE_VARCHAR_COMPRESSED,
     MYSQL_TYPE_YEAR,
 )
-from binlog.logs import logger
+from binlog.native import load_compiled
 from binlog.rowdecoder import fixed_size
 from binlog.table import ColumnInfo
 
@@ -79,34 +75,10 @@ _BLOBS = (MYSQL_TYPE_BLOB, MYSQL_TYPE_TINY_BLOB, MYSQL_TYPE_MEDIUM_BLOB, MYSQL_T
 
 
 def _load() -> ModuleType | None:
-    if os.environ.get("RELAY_NATIVE", "1") == "0":
-        return None
-    try:
-        module = importlib.import_module("binlog._rows")
-    except ImportError:
-        return None
-    if not built_from_source(module, Path(__file__).with_name("_rows.c")):
-        return None
-    module.configure(RowChange, NOT_PRESENT)
+    module = load_compiled("_rows")
+    if module is not None:
+        module.configure(RowChange, NOT_PRESENT)
     return module
-
-
-def built_from_source(module: ModuleType, source: Path) -> bool:
-    """Whether a compiled module was built from its source as it is now; where not (the source changed and
-    ``scripts/bootstrap`` did not run since), it says so in the log: the Python code runs instead."""
-    try:
-        current = hashlib.sha1(source.read_bytes()).hexdigest()
-    except OSError:
-        current = "(unreadable)"
-    if getattr(module, "SOURCE_SHA1", None) == current:
-        return True
-    logger("binlog.nativerows").warning(
-        "%s was built from another version of %s than the one here: it is not used, and the Python code runs "
-        "instead (scripts/bootstrap builds it again)",
-        module.__file__,
-        source.name,
-    )
-    return False
 
 
 #: The compiled module, or None where it is not built or RELAY_NATIVE=0 turns it off.

@@ -12,8 +12,9 @@ import struct
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
+from types import ModuleType
 
-from binlog import xa
+from binlog import native, xa
 from binlog.changes import ROW_BYTES, RowChange, Transaction
 from binlog.constants import (
     ANONYMOUS_GTID_LOG_EVENT,
@@ -21,6 +22,8 @@ from binlog.constants import (
     BINLOG_CHECKSUM_ALG_OFF,
     BINLOG_CHECKSUM_LEN,
     COMPRESSED_ROWS_EVENTS,
+    DELETE_ROWS_EVENT_V1,
+    DELETE_ROWS_EVENT_V2,
     DELETE_ROWS_EVENTS,
     EVENT_TYPE_NAMES,
     FL_PREPARED_XA,
@@ -47,7 +50,11 @@ from binlog.constants import (
     START_ENCRYPTION_EVENT,
     TABLE_MAP_EVENT,
     TRANSACTION_PAYLOAD_EVENT,
+    UPDATE_ROWS_EVENT_V1,
+    UPDATE_ROWS_EVENT_V2,
     UPDATE_ROWS_EVENTS,
+    WRITE_ROWS_EVENT_V1,
+    WRITE_ROWS_EVENT_V2,
     XA_PREPARE_LOG_EVENT,
     XID_EVENT,
 )
@@ -297,6 +304,14 @@ class EventDecoder:
         self.counts.clear()
         return trx
 
+    def _chunk_due(self) -> bool:
+        """The open transaction holds a part's worth of rows (``chunk_rows``) and may be handed on in parts."""
+        return (
+            (len(self.changes) >= (self.chunk_rows or 0) or self._rows_bytes >= self.chunk_bytes)
+            and not self._xa_open
+            and (self._committed.file, self._committed.pos) != self.whole_at
+        )
+
     def _tick(self, file: str, pos: int) -> Transaction | None:
         """An empty Transaction that only moves the position (heartbeat), unless a transaction is open."""
         if self.in_transaction or self.changes:
@@ -374,12 +389,7 @@ class EventDecoder:
                 self.pos = log_pos
             self._rows(event, event_type, end, timestamp, log_pos)
             self._rows_bytes += size
-            if (
-                self.chunk_rows is not None
-                and (len(self.changes) >= self.chunk_rows or self._rows_bytes >= self.chunk_bytes)
-                and not self._xa_open
-                and (self._committed.file, self._committed.pos) != self.whole_at
-            ):
+            if self.chunk_rows is not None and self._chunk_due():
                 return self._chunk()
             return None
         if event_type == TRANSACTION_PAYLOAD_EVENT:
@@ -391,6 +401,19 @@ class EventDecoder:
             self._format_description(fde, timestamp, log_pos, flags)
             return None
         return self._event(event, event_type, server_id, end, timestamp, log_pos, flags)
+
+    def feed_from(self, events: list[bytes], index: int) -> tuple[int, Transaction | None]:
+        """Decode ``events`` from ``index`` on until one completes a transaction: (the index after it, that
+        transaction), else (``len(events)``, None). The same as ``feed`` of each in turn; the compiled event path
+        (``binlog/_events.c``) takes the runs of events it is sure of (TABLE_MAPs met before, rows events, events
+        skipped by their size) in one call, and ``feed`` the others."""
+        if _compiled_events is not None:
+            index, chunk_due = _compiled_events.feed_events(self, events, index)
+            if chunk_due and self._chunk_due():
+                return index, self._chunk()
+            if index == len(events):
+                return index, None
+        return index + 1, self.feed(events[index])
 
     def _event(
         self, event: bytes, event_type: int, server_id: int, end: int, timestamp: int, log_pos: int, flags: int
@@ -800,6 +823,45 @@ _HANDLERS: dict[int, Callable[[EventDecoder, bytes, int, int, int, int, int], Tr
     HEARTBEAT_LOG_EVENT_V2: EventDecoder._heartbeat_v2,
     START_ENCRYPTION_EVENT: EventDecoder._start_encryption,
 }
+
+
+def configure_compiled_events(module: ModuleType | None) -> ModuleType | None:
+    """binlog/_events.c, told which events it takes: TABLE_MAPs (those met before), the rows events of binlog
+    versions 1 and 2 uncompressed, and the events ``_event`` skips by their size; ``feed`` decodes the others."""
+    if module is None:
+        return None
+    takes, kinds, v2, update = (bytearray(256) for _ in range(4))
+    for event_type in range(256):
+        if event_type not in _HANDLERS and event_type not in _DECODED_BY_FEED:
+            takes[event_type] = _COMPILED_SKIP
+    takes[TABLE_MAP_EVENT] = _COMPILED_TABLE_MAP
+    for event_type in _COMPILED_ROWS_EVENTS:
+        takes[event_type] = _COMPILED_ROWS
+        update[event_type] = event_type in UPDATE_ROWS_EVENTS
+        v2[event_type] = event_type in ROWS_EVENTS_V2
+        kinds[event_type] = (
+            KIND_UPDATE if update[event_type] else KIND_DELETE if event_type in DELETE_ROWS_EVENTS else KIND_INSERT
+        )
+    module.configure(bytes(takes), bytes(kinds), bytes(v2), bytes(update), BINLOG_CHECKSUM_ALG_CRC32)
+    return module
+
+
+# What binlog/_events.c does with an event type (its K_ values): 0, leave it to ``feed``.
+_COMPILED_SKIP, _COMPILED_TABLE_MAP, _COMPILED_ROWS = 1, 2, 3
+_COMPILED_ROWS_EVENTS = frozenset(
+    {
+        WRITE_ROWS_EVENT_V1,
+        UPDATE_ROWS_EVENT_V1,
+        DELETE_ROWS_EVENT_V1,
+        WRITE_ROWS_EVENT_V2,
+        UPDATE_ROWS_EVENT_V2,
+        DELETE_ROWS_EVENT_V2,
+    }
+)
+# Decoded by ``feed`` before ``_event`` (never skipped by their size).
+_DECODED_BY_FEED = ROWS_EVENTS | {TRANSACTION_PAYLOAD_EVENT, FORMAT_DESCRIPTION_EVENT}
+#: The compiled event path, or None where it is not built or RELAY_NATIVE=0 turns it off (``feed`` of each event).
+_compiled_events = configure_compiled_events(native.events)
 
 
 def _uncompress_block(data: bytes) -> bytes:

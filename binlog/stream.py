@@ -161,22 +161,26 @@ class BinlogStream:
                 if self._conn is None:
                     self._connect()
                 assert self._conn is not None and self._decoder is not None
-                event = self._conn.read_event()
+                events = self._conn.read_events()
                 self.streaming = True
-                if event is None:
+                if events is None:
                     if self.blocking:  # a blocking dump only ends when the source goes away (e.g. its shutdown)
                         raise ConnectionLostError("the source ended the binlog dump")
                     self._drop_connection()  # the end of a non-blocking dump
                     return
-                trx = self._decoder.feed(event)
-                attempt = 0
-                if trx is None:
-                    continue
-                if not trx.is_heartbeat:
-                    self.lag_seconds = max(0.0, time.time() - trx.timestamp) if trx.timestamp else 0.0
-                else:
-                    self.lag_seconds = 0.0  # a heartbeat: the source has nothing newer
-                yield trx
+                index = 0
+                while index < len(events):
+                    index, trx = self._decoder.feed_from(events, index)
+                    attempt = 0
+                    if trx is None:
+                        continue
+                    if not trx.is_heartbeat:
+                        self.lag_seconds = max(0.0, time.time() - trx.timestamp) if trx.timestamp else 0.0
+                    else:
+                        self.lag_seconds = 0.0  # a heartbeat: the source has nothing newer
+                    yield trx
+                    if self._closed:
+                        return
             except RolledBackPartError as exc:
                 # Rare (a large transaction, a non-transactional change, then a rollback to a savepoint set before
                 # its last part): it is read again from its start and handed on whole; its parts already handed on

@@ -4,6 +4,8 @@
     .venv/bin/python -m devtools.native --force  # build again
 
 * ``binlog/_rows.c``: the row decoder (``binlog/nativerows.py``; the generated Python decoders otherwise);
+* ``binlog/_events.c``: packets into events, and the most frequent events decoded in one call
+  (``binlog.parser.EventDecoder.feed_from``, ``binlog.connection.ReplicationConnection.read_events``);
 * ``clientproto/_records.c``: the record form's column bytes (``clientproto.records.encode_images``).
 
 ``scripts/bootstrap`` runs it. The relay works without them (the Python code runs instead), so a machine without a
@@ -19,7 +21,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Each compiled module: its name and its source.
-MODULES = (("binlog._rows", ROOT / "binlog" / "_rows.c"), ("clientproto._records", ROOT / "clientproto" / "_records.c"))
+MODULES = (
+    ("binlog._rows", ROOT / "binlog" / "_rows.c", ()),
+    ("binlog._events", ROOT / "binlog" / "_events.c", ("z",)),
+    ("clientproto._records", ROOT / "clientproto" / "_records.c", ()),
+)
 
 
 def built_module(name: str) -> Path:
@@ -34,7 +40,7 @@ def build(force: bool = False) -> list[Path]:
     from setuptools.command.build_ext import build_ext
 
     built = []
-    for name, source in MODULES:
+    for name, source, libraries in MODULES:
         target = built_module(name)
         built.append(target)
         digest = hashlib.sha1(source.read_bytes()).hexdigest()  # in the module, checked when it is loaded
@@ -45,6 +51,7 @@ def build(force: bool = False) -> list[Path]:
             [str(source.relative_to(ROOT))],
             define_macros=[("SOURCE_SHA1", f'"{digest}"')],
             extra_compile_args=["-O2", "-Wall"],
+            libraries=list(libraries),
         )
         command = build_ext(Distribution({"name": "binlog-relay-native", "ext_modules": [extension]}))
         command.inplace = True

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from binlog import native as binlog_native
 from binlog import nativerows
 from binlog import values as _values
 from binlog.changes import NOT_PRESENT, RowChange
@@ -327,9 +328,9 @@ def test_a_build_from_another_version_of_its_source_is_not_used(
     native: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = ROOT / "binlog" / "_rows.c"
-    assert nativerows.built_from_source(native, source)  # scripts/bootstrap built it from the source as it is
+    assert binlog_native.built_from_source(native, source)  # scripts/bootstrap built it from the source as it is
     changed = tmp_path / "_rows.c"
     changed.write_bytes(source.read_bytes() + b"/* changed */\n")
-    assert not nativerows.built_from_source(native, changed)
+    assert not binlog_native.built_from_source(native, changed)
     assert "built from another version of _rows.c" in caplog.text
     assert "the Python code runs instead" in caplog.text

@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from binlog import nativerows
+from binlog import native, nativerows
 from clientproto import records
 from relay.models import PreparedTransaction, TableUsage, WorkerStatus
 from relay.web import dashboard, health
@@ -97,11 +97,13 @@ def _exposition(now: datetime, verdict: health.Health) -> str:
     out.family(
         "relay_compiled_path",
         "gauge",
-        "1 when this process uses the compiled build of a hot path (row_decoder: binlog/_rows.c, record_encoder: "
-        "clientproto/_records.c), 0 when it runs the Python code (not built, built from another version of its "
-        "source, or RELAY_NATIVE=0). Processes started from the same installation and environment see the same.",
+        "1 when this process uses the compiled build of a hot path (row_decoder: binlog/_rows.c, event_reader: "
+        "binlog/_events.c, record_encoder: clientproto/_records.c), 0 when it runs the Python code (not built, built "
+        "from another version of its source, or RELAY_NATIVE=0). Processes started from the same installation and "
+        "environment see the same.",
         [
             ({"path": "row_decoder"}, 1 if nativerows.native is not None else 0),
+            ({"path": "event_reader"}, 1 if native.events is not None else 0),
             ({"path": "record_encoder"}, 1 if records.compiled_encoder() is not None else 0),
         ],
     )
