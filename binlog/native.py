@@ -17,16 +17,16 @@ from types import ModuleType
 from binlog.logs import logger
 
 
-def load_compiled(name: str) -> ModuleType | None:
-    """The compiled module ``binlog.<name>``, or None where it is not built, was built from another version of its
-    source ``binlog/<name>.c`` (said in the log), or RELAY_NATIVE=0 turns the compiled paths off."""
+def load_compiled(name: str, source: Path) -> ModuleType | None:
+    """The compiled module ``name``, or None where it is not built, was built from another version of its
+    ``source`` (said in the log), or RELAY_NATIVE=0 turns the compiled paths off."""
     if os.environ.get("RELAY_NATIVE", "1") == "0":
         return None
     try:
-        module = importlib.import_module(f"binlog.{name}")
+        module = importlib.import_module(name)
     except ImportError:
         return None
-    if not built_from_source(module, Path(__file__).with_name(f"{name}.c")):
+    if not built_from_source(module, source):
         return None
     return module
 
@@ -50,4 +50,4 @@ def built_from_source(module: ModuleType, source: Path) -> bool:
 
 
 #: binlog/_events.c, or None (binlog.parser configures it: which events it takes).
-events = load_compiled("_events")
+events = load_compiled("binlog._events", Path(__file__).with_name("_events.c"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
@@ -75,7 +76,7 @@ _BLOBS = (MYSQL_TYPE_BLOB, MYSQL_TYPE_TINY_BLOB, MYSQL_TYPE_MEDIUM_BLOB, MYSQL_T
 
 
 def _load() -> ModuleType | None:
-    module = load_compiled("_rows")
+    module = load_compiled("binlog._rows", Path(__file__).with_name("_rows.c"))
     if module is not None:
         module.configure(RowChange, NOT_PRESENT)
     return module

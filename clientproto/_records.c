@@ -1,6 +1,7 @@
 /* The compiled path of clientproto.records.encode_images: a row change's FETCH column bytes (ColumnCount, then Name,
    Flags, Before, After per column), byte for byte what the Python encoder writes, for the worker, which encodes every
-   stored change once. records.py passes each column's Name as the bytes its layout cache holds. */
+   stored change once; and of the record form the store keeps them in (record_text: a prefix and their base64, for
+   images of text and NULLs). records.py passes each column's Name as the bytes its layout cache holds. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -89,20 +90,10 @@ static int add_name(Out *o, PyObject *name, int flags) {
     return add(o, &flag, 1);
 }
 
-/* encode_images(names, before, after): names are the columns' Name bytes; an image is a sequence or None. */
-static PyObject *encode_images(PyObject *self, PyObject *args) {
-    PyObject *names, *before, *after;
-    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &names, &before, &after)) return NULL;
-    if (Absent == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
-        return NULL;
-    }
-    PyObject *b = before == Py_None ? NULL : PySequence_Fast(before, "an image must be a sequence or None");
-    PyObject *a = after == Py_None ? NULL : PySequence_Fast(after, "an image must be a sequence or None");
-    Out o = {NULL, 0, 0};
-    PyObject *result = NULL;
-    if ((before != Py_None && b == NULL) || (after != Py_None && a == NULL) || room(&o, 4) < 0) goto done;
-    o.length = 4; /* ColumnCount, once known */
+/* The column bytes of the images b and a (each a PySequence_Fast or NULL when absent) into o. */
+static int encode_into(Out *o, PyObject *names, PyObject *b, PyObject *a) {
+    if (room(o, 4) < 0) return -1;
+    o->length = 4; /* ColumnCount, once known */
     Py_ssize_t count = PyTuple_GET_SIZE(names);
     if (b == NULL || a == NULL) {
         PyObject *image = a != NULL ? a : b;
@@ -113,11 +104,11 @@ static PyObject *encode_images(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < count; i++) {
             PyObject *v = PySequence_Fast_GET_ITEM(image, i), *name = PyTuple_GET_ITEM(names, i);
             if (v == Py_None) {
-                if (add_name(&o, name, other | null) < 0) goto done;
+                if (add_name(o, name, other | null) < 0) return -1;
             } else if (v == Absent) {
-                if (add_name(&o, name, other | absent) < 0) goto done;
-            } else if (add_name(&o, name, other) < 0 || add_value(&o, v) < 0) {
-                goto done;
+                if (add_name(o, name, other | absent) < 0) return -1;
+            } else if (add_name(o, name, other) < 0 || add_value(o, v) < 0) {
+                return -1;
             }
         }
     } else {
@@ -126,13 +117,95 @@ static PyObject *encode_images(PyObject *self, PyObject *args) {
             PyObject *bv = PySequence_Fast_GET_ITEM(b, i), *av = PySequence_Fast_GET_ITEM(a, i);
             int flags = (bv == Py_None ? BeforeNull : bv == Absent ? BeforeAbsent : 0) |
                         (av == Py_None ? AfterNull : av == Absent ? AfterAbsent : 0);
-            if (add_name(&o, PyTuple_GET_ITEM(names, i), flags) < 0) goto done;
-            if (bv != Py_None && bv != Absent && add_value(&o, bv) < 0) goto done;
-            if (av != Py_None && av != Absent && add_value(&o, av) < 0) goto done;
+            if (add_name(o, PyTuple_GET_ITEM(names, i), flags) < 0) return -1;
+            if (bv != Py_None && bv != Absent && add_value(o, bv) < 0) return -1;
+            if (av != Py_None && av != Absent && add_value(o, av) < 0) return -1;
         }
     }
-    put_u32(o.data, (uint32_t)count);
-    result = PyBytes_FromStringAndSize(o.data, o.length);
+    put_u32(o->data, (uint32_t)count);
+    return 0;
+}
+
+/* The images of before and after (None: absent) as PySequence_Fast objects in *b and *a. */
+static int images(PyObject *before, PyObject *after, PyObject **b, PyObject **a) {
+    if (Absent == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return -1;
+    }
+    *b = before == Py_None ? NULL : PySequence_Fast(before, "an image must be a sequence or None");
+    *a = after == Py_None ? NULL : PySequence_Fast(after, "an image must be a sequence or None");
+    return (before != Py_None && *b == NULL) || (after != Py_None && *a == NULL) ? -1 : 0;
+}
+
+/* encode_images(names, before, after): names are the columns' Name bytes; an image is a sequence or None. */
+static PyObject *encode_images(PyObject *self, PyObject *args) {
+    PyObject *names, *before, *after, *b = NULL, *a = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "O!OO", &PyTuple_Type, &names, &before, &after)) return NULL;
+    Out o = {NULL, 0, 0};
+    if (images(before, after, &b, &a) == 0 && encode_into(&o, names, b, a) == 0)
+        result = PyBytes_FromStringAndSize(o.data, o.length);
+    PyMem_Free(o.data);
+    Py_XDECREF(b);
+    Py_XDECREF(a);
+    return result;
+}
+
+/* Only text (str itself) and NULLs: the images the record form takes as they are (relay/store/rowcodec.py). */
+static int plain(PyObject *image) {
+    if (image == NULL) return 1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(image); i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(image, i);
+        if (v != Py_None && !PyUnicode_CheckExact(v)) return 0;
+    }
+    return 1;
+}
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* record_text(prefix, names, before, after): prefix, then the base64 (standard, padded) of encode_images' bytes,
+   as one ASCII str; None where an image holds anything but text and NULLs, or text that is not valid UTF-8 (the
+   caller's Python code then says what it gives). */
+static PyObject *record_text(PyObject *self, PyObject *args) {
+    PyObject *prefix, *names, *before, *after, *b = NULL, *a = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "UO!OO", &prefix, &PyTuple_Type, &names, &before, &after)) return NULL;
+    Out o = {NULL, 0, 0};
+    if (!PyUnicode_IS_ASCII(prefix)) {
+        PyErr_SetString(PyExc_ValueError, "the prefix must be ASCII");
+        goto done;
+    }
+    if (images(before, after, &b, &a) < 0) goto done;
+    if (!plain(b) || !plain(a)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (encode_into(&o, names, b, a) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+        }
+        goto done;
+    }
+    Py_ssize_t head = PyUnicode_GET_LENGTH(prefix), n = o.length, size = head + (n + 2) / 3 * 4;
+    if ((result = PyUnicode_New(size, 127)) == NULL) goto done;
+    unsigned char *out = PyUnicode_1BYTE_DATA(result);
+    memcpy(out, PyUnicode_1BYTE_DATA(prefix), (size_t)head);
+    out += head;
+    const unsigned char *in = (const unsigned char *)o.data;
+    Py_ssize_t i = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        *out++ = b64[v >> 18];
+        *out++ = b64[v >> 12 & 63];
+        *out++ = b64[v >> 6 & 63];
+        *out++ = b64[v & 63];
+    }
+    if (i < n) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
+        *out++ = b64[v >> 18];
+        *out++ = b64[v >> 12 & 63];
+        *out++ = i + 1 < n ? b64[v >> 6 & 63] : '=';
+        *out++ = '=';
+    }
 done:
     PyMem_Free(o.data);
     Py_XDECREF(b);
@@ -151,6 +224,7 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Set the absent value and the column flags."},
     {"encode_images", encode_images, METH_VARARGS, "A change's FETCH column bytes."},
+    {"record_text", record_text, METH_VARARGS, "A prefix and the base64 of a change's column bytes, as one str."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -311,6 +311,17 @@ def encode_images(names: Sequence[str], before: Sequence[InValue] | None, after:
     return cast(bytes, _compiled.encode_images(_layout(names).names, before, after))
 
 
+def record_text(
+    prefix: str, names: Sequence[str], before: Sequence[Any] | None, after: Sequence[Any] | None
+) -> str | None:
+    """``prefix`` and the base64 of :func:`encode_images`' bytes, made in one call by the compiled module, for images
+    of text (``str`` itself) and NULLs alone; None where the module is not built, or an image holds anything else or
+    text that is not valid UTF-8 (the caller's own code then says what those give)."""
+    if _compiled is None:
+        return None
+    return cast(str | None, _compiled.record_text(prefix, _layout(names).names, before, after))
+
+
 def encode_images_python(
     names: Sequence[str], before: Sequence[InValue] | None, after: Sequence[InValue] | None
 ) -> bytes:

@@ -6,7 +6,9 @@
 * ``binlog/_rows.c``: the row decoder (``binlog/nativerows.py``; the generated Python decoders otherwise);
 * ``binlog/_events.c``: packets into events, and the most frequent events decoded in one call
   (``binlog.parser.EventDecoder.feed_from``, ``binlog.connection.ReplicationConnection.read_events``);
-* ``clientproto/_records.c``: the record form's column bytes (``clientproto.records.encode_images``).
+* ``clientproto/_records.c``: the record form's column bytes (``clientproto.records.encode_images``) and its text
+  (``record_text``);
+* ``relay/worker/_copytext.c``: the COPY text of the rows the worker stores (``relay.worker.bulk.insert_rows``).
 
 ``scripts/bootstrap`` runs it. The relay works without them (the Python code runs instead), so a machine without a
 C compiler still runs it; ``RELAY_NATIVE=0`` chooses the Python code where they are built.
@@ -25,6 +27,7 @@ MODULES = (
     ("binlog._rows", ROOT / "binlog" / "_rows.c", ()),
     ("binlog._events", ROOT / "binlog" / "_events.c", ("z",)),
     ("clientproto._records", ROOT / "clientproto" / "_records.c", ()),
+    ("relay.worker._copytext", ROOT / "relay" / "worker" / "_copytext.c", ()),
 )
 
 

@@ -119,3 +119,55 @@ def test_a_large_row_is_written_without_copying_its_text_into_a_wider_buffer() -
         tracemalloc.stop()
     assert peak < 2.5 * size, f"{peak / size:.1f} times the row"
     assert list(Change.objects.order_by("id").values_list("data", flat=True)) == ["a", record, "ü" * 70_000]
+
+
+def test_the_compiled_copy_text_is_the_python_formatters() -> None:
+    """relay/worker/_copytext.c (loaded here whatever RELAY_NATIVE says; scripts/bootstrap builds it): the UTF-8 of
+    the Python line formatter's text for rows of plain ints and strs, and None, so that the formatter runs, for any
+    other row."""
+    import importlib
+    import random
+
+    compiled = importlib.import_module("relay.worker._copytext")
+    rng = random.Random(3)
+    texts = ["", "x", AWKWARD, "\\\\N", "\t\n\r\\", "ü中😀", "a" * 300]
+    numbers = [0, 1, -1, 9, 10, -10, 2**31, 2**63 - 1, -(2**63), 1_700_000_000]
+    for _ in range(500):
+        kinds = "".join(rng.choice("is") for _ in range(rng.randrange(1, 8)))
+        rows = [
+            tuple(rng.choice(numbers) if kind == "i" else rng.choice(texts) for kind in kinds)
+            for _ in range(rng.randrange(0, 5))
+        ]
+        expected = "".join(map(bulk._line_formatter(kinds), rows))
+        assert compiled.copy_text(rows, kinds) == expected.encode("utf-8")
+    formatter_only = [
+        [(2**63,)],  # past 64 bits
+        [(True,)],  # not an int itself ("True" in the formatter's text)
+        [[1]],  # not a tuple
+        [(1, 2)],  # another width
+    ]
+    for rows in formatter_only:
+        assert compiled.copy_text(rows, "i") is None
+    assert compiled.copy_text([("lone \udc80",)], "s") is None  # not UTF-8: the driver refuses it as before
+    assert compiled.copy_text([(_Text("x"),)], "s") is None
+    with pytest.raises(ValueError, match="'x' is not a column kind"):
+        compiled.copy_text([], "ix")
+
+
+@pytest.mark.parametrize("path", ["compiled", "formatter"])
+def test_copy_text_of_both_paths_is_stored_alike(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    monkeypatch.setattr(
+        bulk, "_compiled", importlib.import_module("relay.worker._copytext") if path == "compiled" else None
+    )
+    first = bulk.allocate_ids(Change._meta.db_table, 60)
+    rows = [
+        (first + n, "s", AWKWARD, 1, "binlog.000001", n, -n, 1_700_000_000, "0-1-2", AWKWARD * n) for n in range(60)
+    ]
+    bulk.insert_rows(Change._meta.db_table, COLUMNS, rows, kinds="issisiiiss")
+    assert list(Change.objects.order_by("id").values_list(*COLUMNS)) == rows
+
+
+class _Text(str):
+    """Text of a str subclass: not what the compiled path takes as it is."""

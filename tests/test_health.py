@@ -261,7 +261,7 @@ def test_metrics_say_whether_the_compiled_paths_run(viewer: HttpClient) -> None:
     """The suite runs with them on one store and off on the other (scripts/test): the gauge follows RELAY_NATIVE."""
     expected = 0 if os.environ.get("RELAY_NATIVE", "1") == "0" else 1
     text = viewer.get("/metrics").content.decode()
-    for path in ("row_decoder", "event_reader", "record_encoder"):
+    for path in ("row_decoder", "event_reader", "record_encoder", "copy_text"):
         assert f'relay_compiled_path{{path="{path}"}} {expected}' in text
 
 

@@ -1,6 +1,11 @@
 """How row changes are kept in the store: every kind of value round-trips, NULL and missing stay distinct."""
 
+import random
+
+import pytest
+
 from binlog import NOT_PRESENT
+from clientproto import ABSENT
 from relay.store import rowcodec
 from relay.store.rowcodec import MISSING
 
@@ -66,3 +71,37 @@ def test_both_forms_decode_to_the_same_columns() -> None:
 def test_text_that_is_not_utf8_falls_back_to_the_json_form() -> None:
     data = rowcodec.encode(["a"], None, ["lone \udcff"])
     assert data.startswith("{") and rowcodec.decode(data)[0].after == "lone \udcff"
+
+
+def test_the_compiled_record_form_is_the_python_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """clientproto/_records.c's record_text (loaded here whatever RELAY_NATIVE says; scripts/bootstrap builds it)
+    gives the record form of images of text and NULLs, and hands every other image back: the same text as the
+    Python code for random images of every kind of value."""
+    import importlib
+
+    from clientproto import records
+
+    compiled = importlib.import_module("clientproto._records")
+    compiled.configure(ABSENT, records._BEFORE_NULL, records._AFTER_NULL, records._BEFORE_ABSENT, records._AFTER_ABSENT)
+    rng = random.Random(11)
+    values = ["", "x", "Zoë 中文 😀", "tab\tnul\x00\n", "lone \udc80", _Text("sub"), b"\x00\xff", None, NOT_PRESENT,
+              MISSING, 7, "=" * 5]  # fmt: skip
+    taken = 0
+    for _ in range(3000):
+        width = rng.randrange(0, 9)
+        names = tuple(rng.choice(["id", "naïve", "a", "b", f"c{width}"]) for _ in range(width))
+        images = [[rng.choice(values) for _ in range(rng.randrange(0, width + 2))] for _side in range(2)]
+        before, after = (None if rng.random() < 0.3 else image for image in images)
+        if rng.random() < 0.5:  # mostly plain images, as the worker meets them
+            before, after = ([v for v in image if v is None or type(v) is str] if image is not None else None
+                             for image in (before, after))  # fmt: skip
+        monkeypatch.setattr(records, "_compiled", None)
+        expected = rowcodec.encode(names, before, after)
+        monkeypatch.setattr(records, "_compiled", compiled)
+        taken += compiled.record_text(rowcodec.RECORD_FORM, records._layout(names).names, before, after) is not None
+        assert rowcodec.encode(names, before, after) == expected, (names, before, after)
+    assert taken > 1000
+
+
+class _Text(str):
+    """A str subclass: its value is text, but not of the type the compiled path takes as it is."""

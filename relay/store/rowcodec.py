@@ -27,7 +27,7 @@ from typing import Any
 
 from binlog.changes import NOT_PRESENT
 from clientproto import ABSENT, decode_columns, encode_images
-from clientproto.records import InValue
+from clientproto.records import InValue, record_text
 
 Value = str | bytes | None
 #: A column as the clientproto encoders take it: (name, before, after).
@@ -62,6 +62,9 @@ MISSING = _Missing()
 
 def encode(columns: Sequence[str], before: Sequence[Any] | None, after: Sequence[Any] | None) -> str:
     """A change's columns in the record form; in the JSON form when some text is not valid UTF-8."""
+    text = record_text(RECORD_FORM, columns, before, after)  # the compiled path, for images of text and NULLs
+    if text is not None:
+        return text
     try:
         return _encode_record_form(columns, before, after)
     except UnicodeEncodeError:  # lone surrogates in a name or a value: only the JSON form keeps them as they are

@@ -22,6 +22,7 @@ from binlog import native, nativerows
 from clientproto import records
 from relay.models import PreparedTransaction, TableUsage, WorkerStatus
 from relay.web import dashboard, health
+from relay.worker import bulk
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TOKEN_VARIABLE = "RELAY_METRICS_TOKEN"
@@ -98,13 +99,14 @@ def _exposition(now: datetime, verdict: health.Health) -> str:
         "relay_compiled_path",
         "gauge",
         "1 when this process uses the compiled build of a hot path (row_decoder: binlog/_rows.c, event_reader: "
-        "binlog/_events.c, record_encoder: clientproto/_records.c), 0 when it runs the Python code (not built, built "
-        "from another version of its source, or RELAY_NATIVE=0). Processes started from the same installation and "
-        "environment see the same.",
+        "binlog/_events.c, record_encoder: clientproto/_records.c, copy_text: relay/worker/_copytext.c), 0 when it "
+        "runs the Python code (not built, built from another version of its source, or RELAY_NATIVE=0). Processes "
+        "started from the same installation and environment see the same.",
         [
             ({"path": "row_decoder"}, 1 if nativerows.native is not None else 0),
             ({"path": "event_reader"}, 1 if native.events is not None else 0),
             ({"path": "record_encoder"}, 1 if records.compiled_encoder() is not None else 0),
+            ({"path": "copy_text"}, 1 if bulk.compiled_copy_text() is not None else 0),
         ],
     )
     if verdict.failing("store_unreachable"):

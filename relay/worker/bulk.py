@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 from django.db import connection
 from django.db.models import Field, Model, QuerySet
 from django.db.models.sql import UpdateQuery
+
+from binlog.native import load_compiled
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
@@ -39,6 +43,15 @@ def _line_formatter(kinds: str) -> Callable[[Sequence[Any]], str]:
     fields = "\\t".join(f"{{r[{n}]}}" if kind == "i" else f"{{e(r[{n}])}}" for n, kind in enumerate(kinds))
     # Safe: the source is built from the letters of ``kinds`` and column numbers only, never from data.
     return eval(f'lambda r, e=_escape: f"{fields}\\n"', {"_escape": _escape})
+
+
+#: relay/worker/_copytext.c: the COPY text of rows of plain ints and strs in one call (None: the Python formatter).
+_compiled = load_compiled("relay.worker._copytext", Path(__file__).with_name("_copytext.c"))
+
+
+def compiled_copy_text() -> ModuleType | None:
+    """relay/worker/_copytext.c where it is in use, else None (the Python line formatter)."""
+    return _compiled
 
 
 #: Rows up to which ``insert_rows`` given the batch's ``Statements`` adds one INSERT to them on PostgreSQL instead of
@@ -76,8 +89,11 @@ def insert_rows(
             [value for row in rows for value in row],
         )
     else:
+        text: str | bytes | None = None
         if kinds is not None:
-            text = "".join(map(_line_formatter(kinds), rows))
+            text = _compiled.copy_text(rows, kinds) if _compiled is not None else None
+            if text is None:  # not built, or a field that is not a plain int or str: the Python formatter
+                text = "".join(map(_line_formatter(kinds), rows))
         else:
             text = "".join("\t".join(map(_copy_field, row)) + "\n" for row in rows)
         with connection.cursor() as cursor:
@@ -89,16 +105,17 @@ COPY_CHUNK = 1 << 16
 
 
 class _TextReader:
-    """The file object COPY reads its text from: slices of the text as it is. An io.StringIO would first copy the
-    text into a buffer of 4 bytes a character: 4 times a large row's record again, at the worker's peak memory."""
+    """The file object COPY reads its text (a str, or its UTF-8 bytes) from: slices of the text as it is. An
+    io.StringIO would first copy the text into a buffer of 4 bytes a character: 4 times a large row's record again,
+    at the worker's peak memory."""
 
     __slots__ = ("_at", "_text")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str | bytes) -> None:
         self._text = text
         self._at = 0
 
-    def read(self, size: int = -1) -> str:
+    def read(self, size: int = -1) -> str | bytes:
         at = self._at
         end = len(self._text) if size < 0 else min(at + size, len(self._text))
         self._at = end
