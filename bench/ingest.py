@@ -17,7 +17,7 @@ every start would otherwise compile the project first.
 
 The reference, measured in the same run: the COPY ceiling. After each worker run, the rows the worker stored (its
 changes and queue entries) are read back as COPY text and written again directly by COPY, in transactions of the
-worker's own mean commit size (its commits counted by PostgreSQL, pg_stat_database.xact_commit, while it ran). The
+worker's own mean commit size (its batches counted by PostgreSQL as the writes of its checkpoint row while it ran). The
 ratio is the worker's median steady rows/s over the best ceiling of its runs (the ratio of the rate from its start is
 printed too); the load average is printed with each figure.
 """
@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psycopg2
 
@@ -132,19 +132,17 @@ def write_workload(server: MariaDB, rows: int, per_transaction: int, start_id: i
             cur.execute("COMMIT")
 
 
-def progress(store_url: str) -> tuple[tuple[str, int] | None, int]:
-    """The worker's checkpoint and the rows it has applied since its start (one committed view of both)."""
-    conn = psycopg2.connect(store_url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT c.binlog_file, c.binlog_pos, s.rows_since_start FROM relay_checkpoint c"
-                " LEFT JOIN relay_workerstatus s ON s.source = c.source"
-            )
-            row = cur.fetchone()
-            return ((row[0], row[1]), row[2] or 0) if row else (None, 0)
-    finally:
-        conn.close()
+def progress(conn: Any) -> tuple[tuple[str, int] | None, int]:
+    """The worker's checkpoint and the rows it has applied since its start (one committed view of both), read on the
+    bench's one connection (a new connection every poll would charge the store a backend's start every time)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT c.binlog_file, c.binlog_pos, s.rows_since_start FROM relay_checkpoint c"
+            " LEFT JOIN relay_workerstatus s ON s.source = c.source"
+        )
+        row = cur.fetchone()
+    conn.rollback()  # not counted as a commit, and the next poll sees what committed since
+    return ((row[0], row[1]), row[2] or 0) if row else (None, 0)
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -157,12 +155,14 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def commits(store_url: str) -> int:
-    """Transactions committed in the store's database so far (the bench's own polls roll back: not counted)."""
+def batches(store_url: str) -> int:
+    """The worker's batches so far: each writes the checkpoint once, in its own store transaction. (The database's
+    commit count says more: the worker's lease renewals, its garbage collector and its statements outside a batch
+    commit too, which would make its batches look smaller than they are, and the ceiling lower.)"""
     conn = psycopg2.connect(store_url)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+            cur.execute("SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables WHERE relname = 'relay_checkpoint'")
             return int(cur.fetchone()[0])
     finally:
         conn.rollback()
@@ -177,12 +177,12 @@ class WorkerRun(NamedTuple):
     seconds: float  # from the worker's start until its checkpoint reaches the source's end
     steady: float  # rows/s from its first committed batch to the end (nan when it took one batch)
     peak_mb: float  # peak RSS
-    commits: int  # transactions committed in the store meanwhile (its batches, and a few status writes at its start)
+    commits: int  # the worker's batches meanwhile (its checkpoint's writes)
 
 
 def run_worker(server: MariaDB, env: dict[str, str], start: tuple[str, int], store_url: str) -> WorkerRun:
     target = server.binlog_position()
-    commits_before = commits(store_url)
+    batches_before = batches(store_url)
     began = time.monotonic()
     worker = subprocess.Popen(
         [sys.executable, "manage.py", "runbinlog", "--from", f"{start[0]}:{start[1]}"],
@@ -193,10 +193,11 @@ def run_worker(server: MariaDB, env: dict[str, str], start: tuple[str, int], sto
     )
     peak = 0.0
     first: tuple[float, int] | None = None  # (when, rows) at the first poll that saw a batch committed
+    polls = psycopg2.connect(store_url)
     try:
         while True:
             peak = max(peak, peak_rss_mb(worker.pid))
-            position, rows = progress(store_url)
+            position, rows = progress(polls)
             if rows and first is None:
                 first = (time.monotonic(), rows)
             if position is not None and position >= target:
@@ -207,13 +208,14 @@ def run_worker(server: MariaDB, env: dict[str, str], start: tuple[str, int], sto
         ended = time.monotonic()
         peak = max(peak, peak_rss_mb(worker.pid))
     finally:
+        polls.close()
         worker.terminate()
         worker.wait(60)
     steady = float("nan")
     if first is not None and ended > first[0] and rows > first[1]:
         steady = (rows - first[1]) / (ended - first[0])
     time.sleep(0.5)  # a backend's statistics are flushed when it exits
-    return WorkerRun(ended - began, steady, peak, commits(store_url) - commits_before)
+    return WorkerRun(ended - began, steady, peak, batches(store_url) - batches_before)
 
 
 STORED = ("relay_change", "relay_queueentry")
