@@ -130,7 +130,7 @@ def test_the_compiled_copy_text_is_the_python_formatters() -> None:
 
     compiled = importlib.import_module("relay.worker._copytext")
     rng = random.Random(3)
-    texts = ["", "x", AWKWARD, "\\\\N", "\t\n\r\\", "ü中😀", "a" * 300]
+    texts = ["", "x", AWKWARD, "\\\\N", "\t\n\r\\", "ü中😀", "a" * 300, "nul\x00in\tside\x00", "\x00"]
     numbers = [0, 1, -1, 9, 10, -10, 2**31, 2**63 - 1, -(2**63), 1_700_000_000]
     for _ in range(500):
         kinds = "".join(rng.choice("is") for _ in range(rng.randrange(1, 8)))

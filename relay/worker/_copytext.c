@@ -9,6 +9,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 enum { DONE = 0, NOT_PLAIN = 1, FAILED = -1 };
 
@@ -69,9 +70,17 @@ static int lines(PyObject *fast, const char *kinds, Py_ssize_t width, char *out,
                 const char *s;
                 Py_ssize_t n;
                 if ((status = field_str(v, &s, &n)) != DONE) return status;
-                for (Py_ssize_t i = 0; i < n; i++) {
-                    char c = s[i];
-                    if (!escaped(c)) {
+                /* Runs of bytes that need no escape, found by strcspn (the UTF-8 ends in a NUL; a NUL inside the
+                   text ends a run early and is copied as it is, as the Python formatter writes it). */
+                for (Py_ssize_t i = 0; i < n;) {
+                    Py_ssize_t run = (Py_ssize_t)strcspn(s + i, "\\\t\n\r");
+                    if (run > n - i) run = n - i;
+                    if (out != NULL) memcpy(out + total, s + i, (size_t)run);
+                    total += run;
+                    i += run;
+                    if (i >= n) break;
+                    char c = s[i++];
+                    if (!escaped(c)) { /* a NUL inside the text */
                         if (out != NULL) out[total] = c;
                         total++;
                         continue;
