@@ -1,6 +1,6 @@
 """Where an ingested row's time goes, part by part, and what each worker shape could reach at best (PostgreSQL).
 
-    .venv/bin/python bench/ingest_parts.py                    # 100,000 rows, 5 clients, batches of 700 rows
+    .venv/bin/python bench/ingest_parts.py                    # 100,000 rows, 5 clients, the worker's 5,000-row batches
     .venv/bin/python bench/ingest_parts.py --rows 50000 --clients 20 --runs 5
 
 ``bench/ingest.py`` times the worker as a whole against the COPY ceiling. This script times its two halves apart, on
@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--per-transaction", type=int, default=100)
     parser.add_argument("--clients", type=int, default=5)
-    parser.add_argument("--batch-rows", type=int, default=700, help="rows a commit (the worker's, from ingest.py)")
+    parser.add_argument("--batch-rows", type=int, default=5000, help="rows a commit (the worker's: --batch-rows)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pg-url", default="postgres://postgres@127.0.0.1:5432/test")
     args = parser.parse_args()
